@@ -1,0 +1,33 @@
+"""twell: TwELL (Tile-wise ELLPACK) sparse matrices for NumPy and CuPy.
+
+TwELL splits the columns of a matrix into tiles of ``tile_width`` columns and
+stores, for every (row, tile), up to ``slots`` non-zeros ELLPACK-style; the
+rest go, losslessly, to a CSR overflow part. The same API runs on NumPy
+(host) and CuPy (GPU) arrays; the backend follows the data.
+
+Public API
+----------
+TwELLMatrix, ELLMatrix, from_packed, auto_slots, bfloat16, cuda_available.
+"""
+
+from ._backend import cupy_available as cuda_available
+from ._ell import ELLMatrix
+from ._layout import AUTO_OVERFLOW_FRACTION, DEFAULT_TILE_WIDTH, auto_slots
+from ._twell import TwELLMatrix
+from ._validation import SUPPORTED_DTYPES, bfloat16
+from ._version import __version__
+
+from_packed = TwELLMatrix.from_packed
+
+__all__ = [
+    "AUTO_OVERFLOW_FRACTION",
+    "DEFAULT_TILE_WIDTH",
+    "ELLMatrix",
+    "SUPPORTED_DTYPES",
+    "TwELLMatrix",
+    "__version__",
+    "auto_slots",
+    "bfloat16",
+    "cuda_available",
+    "from_packed",
+]

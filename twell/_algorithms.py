@@ -1,0 +1,178 @@
+"""Backend-neutral TwELL algorithms, written once for NumPy and CuPy.
+
+These functions use only the array operations NumPy and CuPy share
+(``searchsorted``, ``bincount``, ``cumsum``, fancy indexing), so one text
+serves both backends. The NumPy backend builds on them directly; the CuPy
+backend replaces the hot ones with CUDA kernels and keeps these for the
+rest.
+
+``parts`` is a :class:`Parts` tuple of the six storage arrays of a TwELL
+matrix; the layout is documented in ``_layout``.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _layout
+from ._backend import array_module
+
+
+class Parts(NamedTuple):
+    """The six storage arrays of a TwELL matrix."""
+
+    counts: object
+    data: object
+    indices: object
+    overflow_indptr: object
+    overflow_indices: object
+    overflow_data: object
+
+
+def exclusive_cumsum(x):
+    """``[0, x0, x0+x1, ...]`` as int64, one element longer than ``x``."""
+    xp = array_module(x)
+    out = xp.zeros(x.size + 1, dtype=np.int64)
+    xp.cumsum(x, out=out[1:])
+    return out
+
+
+def expand_indptr(indptr):
+    """Row index of every entry of a CSR structure (int64)."""
+    xp = array_module(indptr)
+    m = indptr.size - 1
+    return xp.repeat(xp.arange(m, dtype=np.int64), xp.diff(indptr).astype(np.int64))
+
+
+def pack_sorted_coo(rows, cols, vals, shape, tile_width, slots):
+    """Pack non-zero entries sorted by (row, column) into TwELL parts.
+
+    The packing rule in one place: an entry's rank within its (row, tile)
+    decides whether it takes a slot (rank < slots) or goes to the overflow.
+    """
+    xp = array_module(rows, cols, vals)
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    rows = rows.astype(np.int64, copy=False)
+    cols = cols.astype(np.int64, copy=False)
+    key = rows * nt + cols // tile_width
+    # Keys are sorted: an entry's rank in its (row, tile) is its distance to
+    # the first entry with the same key.
+    rank = xp.arange(key.size, dtype=np.int64) - xp.searchsorted(key, key, side="left")
+    in_slot = rank < slots
+    slot_key = key[in_slot]
+    counts = xp.bincount(slot_key, minlength=m * nt).astype(_layout.COUNT_DTYPE)
+    data = xp.zeros((m, nt, slots), dtype=vals.dtype)
+    indices = xp.zeros((m, nt, slots), dtype=_layout.INDEX_DTYPE)
+    flat = slot_key * slots + rank[in_slot]
+    data.reshape(-1)[flat] = vals[in_slot]
+    indices.reshape(-1)[flat] = (cols[in_slot] % tile_width).astype(_layout.INDEX_DTYPE)
+    spill = ~in_slot
+    overflow_indptr = exclusive_cumsum(xp.bincount(rows[spill], minlength=m))
+    return Parts(
+        counts.reshape(m, nt),
+        data,
+        indices,
+        overflow_indptr,
+        cols[spill].astype(_layout.OVERFLOW_INDEX_DTYPE),
+        vals[spill],
+    )
+
+
+def slot_mask(counts, slots):
+    """Boolean (M, n_tiles, slots): which slots hold an entry."""
+    xp = array_module(counts)
+    return xp.arange(slots, dtype=counts.dtype) < counts[..., None]
+
+
+def tile_counts_csr(indptr, indices, shape, tile_width):
+    """Non-zeros of every (row, tile) of a canonical CSR matrix, int32 (M, n_tiles)."""
+    xp = array_module(indptr, indices)
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    key = expand_indptr(indptr) * nt + indices.astype(np.int64) // tile_width
+    return xp.bincount(key, minlength=m * nt).astype(_layout.COUNT_DTYPE).reshape(m, nt)
+
+
+def overflow_tile_counts(parts, shape, tile_width):
+    """Overflow entries of every (row, tile), int64 (M * n_tiles,)."""
+    xp = array_module(parts.counts)
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    rows = expand_indptr(parts.overflow_indptr)
+    key = rows * nt + parts.overflow_indices.astype(np.int64) // tile_width
+    return xp.bincount(key, minlength=m * nt)
+
+
+def to_coo(parts, shape, tile_width):
+    """TwELL parts -> ``(rows, cols, vals)`` sorted by (row, column), int64 indices.
+
+    The slot entries of a tile precede its overflow entries and both are
+    sorted, so every entry's position in canonical order follows from prefix
+    sums of per-tile sizes: no sort is needed.
+
+    On CuPy this synchronises once with the host to learn the number of
+    non-zeros (the output size).
+    """
+    xp = array_module(parts.counts)
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    slots = parts.data.shape[2]
+    counts = parts.counts.reshape(-1).astype(np.int64)
+    over_rows = expand_indptr(parts.overflow_indptr)
+    over_cols = parts.overflow_indices.astype(np.int64)
+    over_key = over_rows * nt + over_cols // tile_width
+    over_per_tile = xp.bincount(over_key, minlength=m * nt)
+    tile_offset = exclusive_cumsum(counts + over_per_tile)
+    nnz = int(tile_offset[-1])  # device-to-host sync on CuPy: the output size
+
+    rows = xp.empty(nnz, dtype=np.int64)
+    cols = xp.empty(nnz, dtype=np.int64)
+    vals = xp.empty(nnz, dtype=parts.data.dtype)
+
+    key, s = xp.nonzero(slot_mask(parts.counts, slots).reshape(m * nt, slots))
+    pos = tile_offset[key] + s
+    rows[pos] = key // max(nt, 1)
+    cols[pos] = (key % max(nt, 1)) * tile_width + parts.indices.reshape(m * nt, slots)[key, s]
+    vals[pos] = parts.data.reshape(m * nt, slots)[key, s]
+
+    over_rank = xp.arange(over_key.size, dtype=np.int64) - exclusive_cumsum(over_per_tile)[over_key]
+    pos = tile_offset[over_key] + counts[over_key] + over_rank
+    rows[pos] = over_rows
+    cols[pos] = over_cols
+    vals[pos] = parts.overflow_data
+    return rows, cols, vals
+
+
+def coo_to_csr(rows, cols, vals, n_rows):
+    """Sorted COO -> canonical CSR ``(indptr int64, indices int32, data)``."""
+    xp = array_module(rows)
+    indptr = exclusive_cumsum(xp.bincount(rows, minlength=n_rows))
+    return indptr, cols.astype(_layout.OVERFLOW_INDEX_DTYPE), vals
+
+
+def canonical_coo(rows, cols, vals, shape):
+    """Any COO triplet -> sorted by (row, column), duplicates summed, zeros dropped.
+
+    Duplicates are summed in their input order (a stable sort), in float32
+    for 16-bit values, like scipy's ``sum_duplicates``.
+    """
+    xp = array_module(rows, cols, vals)
+    rows = rows.astype(np.int64, copy=False)
+    cols = cols.astype(np.int64, copy=False)
+    key = rows * shape[1] + cols
+    order = xp.argsort(key, kind="stable")
+    key, vals = key[order], vals[order]
+    if key.size:
+        first = xp.ones(key.size, dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        if not bool(first.all()):  # device-to-host sync on CuPy: duplicates present?
+            starts = xp.nonzero(first)[0]
+            acc = np.float64 if vals.dtype == np.float64 else np.float32
+            vals = xp.add.reduceat(vals.astype(acc), starts).astype(vals.dtype)
+            key = key[starts]
+    keep = vals != 0
+    key, vals = key[keep], vals[keep]
+    if shape[1] == 0:
+        return key, key, vals
+    return key // shape[1], key % shape[1], vals

@@ -1,0 +1,88 @@
+"""validate(): every invariant of the TwELL storage arrays, each with its own message."""
+
+import numpy as np
+
+from . import _backend, _layout
+from ._algorithms import expand_indptr, slot_mask
+from ._validation import SUPPORTED_DTYPES
+
+
+def _expect(ok, message):
+    if not bool(ok):  # host sync on the GPU: validation must decide here
+        raise ValueError(message)
+
+
+def _dtype(name, array, expected):
+    if array.dtype != expected:
+        raise TypeError(f"{name} must have dtype {expected}; got {name}.dtype={array.dtype}")
+
+
+def validate_parts(parts, shape, tile_width):
+    """Raise TypeError/ValueError naming the first broken invariant."""
+    xp = _backend.array_module(*parts)
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    counts, data, indices, indptr, ocols, odata = parts
+
+    # Kinds, dtypes and shapes.
+    _dtype("counts", counts, _layout.COUNT_DTYPE)
+    _dtype("indices", indices, _layout.INDEX_DTYPE)
+    _dtype("overflow_indptr", indptr, _layout.OVERFLOW_INDPTR_DTYPE)
+    _dtype("overflow_indices", ocols, _layout.OVERFLOW_INDEX_DTYPE)
+    if data.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"data must have a dtype among {SUPPORTED_DTYPES}; got {data.dtype}")
+    _dtype("overflow_data", odata, data.dtype)
+    if counts.shape != (m, nt):
+        raise ValueError(f"counts must have shape (M, n_tiles) = {(m, nt)}; got {counts.shape}")
+    if data.ndim != 3 or data.shape[:2] != (m, nt):
+        raise ValueError(f"data must have shape (M, n_tiles, slots) with (M, n_tiles) = "
+                         f"{(m, nt)}; got {data.shape}")
+    slots = data.shape[2]
+    if not 1 <= slots <= tile_width:
+        raise ValueError(f"slots must be between 1 and tile_width={tile_width}; got slots={slots}")
+    if indices.shape != data.shape:
+        raise ValueError(f"indices must have the shape of data {data.shape}; got {indices.shape}")
+    if indptr.shape != (m + 1,):
+        raise ValueError(f"overflow_indptr must have shape (M + 1,) = {(m + 1,)}; "
+                         f"got {indptr.shape}")
+    if ocols.ndim != 1 or odata.shape != ocols.shape:
+        raise ValueError(f"overflow_indices and overflow_data must be 1-D of equal length; got "
+                         f"{ocols.shape} and {odata.shape}")
+    for name, a in zip(("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+                        "overflow_data"), parts):
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous")
+
+    # Slots.
+    _expect(((counts >= 0) & (counts <= slots)).all(),
+            f"counts must be between 0 and slots={slots}")
+    used = slot_mask(counts, slots)
+    extent = xp.minimum(tile_width, k - xp.arange(nt, dtype=np.int64) * tile_width)
+    _expect((~used | (indices < extent[None, :, None])).all(),
+            "indices: a slot column lies outside its tile")
+    if slots > 1:
+        _expect((~used[..., 1:] | (indices[..., 1:] > indices[..., :-1])).all(),
+                "indices: slot columns must be strictly increasing within a (row, tile)")
+    _expect((~used | (data != 0)).all(), "data: a used slot holds an explicit zero")
+    _expect((used | (data == 0)).all(), "data: an unused slot (at or after the count) is not zero")
+    _expect((used | (indices == 0)).all(),
+            "indices: an unused slot (at or after the count) is not zero")
+
+    # Overflow.
+    _expect(indptr[0] == 0, "overflow_indptr[0] must be 0")
+    _expect((xp.diff(indptr) >= 0).all(), "overflow_indptr must be non-decreasing")
+    _expect(indptr[-1] == ocols.size, "overflow_indptr[-1] must equal len(overflow_indices)")
+    if ocols.size:
+        _expect(((ocols >= 0) & (ocols < k)).all(), f"overflow_indices must be in [0, K={k})")
+        rows = expand_indptr(indptr)
+        same_row = rows[1:] == rows[:-1]
+        _expect((~same_row | (ocols[1:] > ocols[:-1])).all(),
+                "overflow_indices must be strictly increasing within each row")
+        _expect((odata != 0).all(), "overflow_data holds an explicit zero")
+        tiles = ocols.astype(np.int64) // tile_width
+        _expect((counts[rows, tiles] == slots).all(),
+                "overflow: an entry overflows a (row, tile) whose slots are not all used")
+        last = indices[rows, tiles, slots - 1].astype(np.int64) + tiles * tile_width
+        _expect((ocols > last).all(),
+                "overflow: the slots must hold the first entries of a tile by column; an overflow "
+                "entry precedes a slot entry")

@@ -1,0 +1,95 @@
+"""Turning whatever a user hands in into canonical arrays.
+
+Every constructor of TwELLMatrix and ELLMatrix goes through :func:`coerce`,
+which returns either a dense C-contiguous array or a canonical CSR triplet
+(sorted columns, duplicates summed, explicit zeros dropped), on the host or on
+the device depending on where the input lives.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _algorithms, _backend
+from ._validation import check_dense, check_shape, value_dtype
+
+
+class Dense:
+    """A validated dense input: C-contiguous 2-D array of a supported dtype."""
+
+    kind = "dense"
+
+    def __init__(self, array):
+        self.array = array
+        self.shape = array.shape
+        self.dtype = array.dtype
+
+
+class CSR:
+    """A canonical CSR input: ``indptr`` int64, ``indices`` int32, ``data``."""
+
+    kind = "csr"
+
+    def __init__(self, indptr, indices, data, shape):
+        self.indptr, self.indices, self.data, self.shape = indptr, indices, data, shape
+        self.dtype = data.dtype
+
+
+def dense(x, dtype=None, name="x"):
+    """Validate and normalise a dense NumPy/CuPy array (or array-like)."""
+    xp = _backend.array_module(x)
+    if xp is np and not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+        if x.dtype == object:
+            raise TypeError(f"{name} must be a numeric array; got an array of Python objects")
+    vdtype = check_dense(x, name)
+    if dtype is not None:
+        vdtype = value_dtype(dtype)
+    return Dense(xp.ascontiguousarray(x, dtype=vdtype))
+
+
+def csr_from_coo(rows, cols, vals, shape, dtype=None):
+    """Any COO triplet (NumPy or CuPy) -> canonical :class:`CSR`."""
+    xp = _backend.array_module(rows, cols, vals)
+    vdtype = value_dtype(vals.dtype if dtype is None else dtype, "data.dtype")
+    rows, cols, vals = _algorithms.canonical_coo(rows, cols, vals.astype(vdtype), shape)
+    indptr, indices, vals = _algorithms.coo_to_csr(rows, cols, vals, shape[0])
+    return CSR(indptr, xp.asarray(indices), vals, shape)
+
+
+def scipy_sparse(x, dtype=None):
+    """A scipy.sparse array or matrix -> canonical :class:`CSR` on the host."""
+    shape = check_shape(x.shape, "x.shape")
+    value_dtype(x.dtype, "x.dtype")
+    if x.format == "csr":
+        rows = _algorithms.expand_indptr(np.asarray(x.indptr, dtype=np.int64))
+        cols, vals = x.indices, x.data
+    else:
+        coo = x.tocoo()
+        rows, cols, vals = coo.row, coo.col, coo.data
+    return csr_from_coo(np.asarray(rows), np.asarray(cols), np.asarray(vals), shape, dtype)
+
+
+def cupyx_sparse(x, dtype=None):
+    """A cupyx.scipy.sparse matrix -> canonical :class:`CSR` on the device."""
+    shape = check_shape(x.shape, "x.shape")
+    value_dtype(x.dtype, "x.dtype")
+    coo = x.tocoo(copy=True)
+    return csr_from_coo(coo.row, coo.col, coo.data, shape, dtype)
+
+
+def coerce(x, dtype=None):
+    """Classify and normalise constructor input.
+
+    Returns a :class:`Dense` or :class:`CSR`, or the TwELLMatrix/ELLMatrix
+    itself (the caller converts those).
+    """
+    from ._ell import ELLMatrix
+    from ._twell import TwELLMatrix
+
+    if isinstance(x, (TwELLMatrix, ELLMatrix)):
+        return x
+    if sp.issparse(x):
+        return scipy_sparse(x, dtype)
+    if _backend.is_cupyx_sparse(x):
+        return cupyx_sparse(x, dtype)
+    return dense(x, dtype)

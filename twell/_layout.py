@@ -1,0 +1,113 @@
+"""Tile and slot arithmetic shared by every part of twell.
+
+This module is the single Python statement of the TwELL layout; the CUDA
+header ``cuda_src/twell_layout.cuh`` mirrors it and a test checks that the
+two agree.
+
+A TwELL matrix of shape ``(M, K)`` with tile width ``T`` and ``S`` slots
+stores, for every row ``m`` and tile ``t`` (``n_tiles = ceil(K / T)``):
+
+* ``counts[m, t]``: how many non-zeros of columns ``[t*T, min((t+1)*T, K))``
+  sit in the slots (at most ``S``);
+* ``data[m, t, :counts[m, t]]`` and ``indices[m, t, :counts[m, t]]``: their
+  values and their columns *within the tile*, sorted by column; the slots
+  after the count hold zeros;
+* the non-zeros beyond the first ``S`` of a tile (the overflow) in a CSR
+  remainder ``overflow_indptr``, ``overflow_indices`` (global columns),
+  ``overflow_data``.
+"""
+
+import numpy as np
+
+#: Default tile width: the N-tile of the Hopper GEMM that produces TwELL.
+DEFAULT_TILE_WIDTH = 256
+
+#: Largest tile width: columns within a tile are stored as uint16.
+MAX_TILE_WIDTH = 65536
+
+#: ``slots="auto"`` picks the smallest slot count whose overflow holds at most
+#: this fraction of the non-zeros.
+AUTO_OVERFLOW_FRACTION = 0.01
+
+#: Largest number of columns (overflow columns are stored as int32).
+MAX_COLUMNS = 2**31 - 1
+
+#: Reference packed layout: tile width and index width.
+PACKED_TILE_WIDTH = 256
+PACKED_MAX_COLUMNS = 65536
+PACKED_COMPRESSIONS = (2, 4, 8)
+
+# Dtypes of the index arrays.
+COUNT_DTYPE = np.dtype(np.int32)
+INDEX_DTYPE = np.dtype(np.uint16)
+OVERFLOW_INDPTR_DTYPE = np.dtype(np.int64)
+OVERFLOW_INDEX_DTYPE = np.dtype(np.int32)
+
+
+def n_tiles(n_cols, tile_width):
+    """Number of column tiles: ``ceil(n_cols / tile_width)``."""
+    return -(-n_cols // tile_width)
+
+
+def tile_of(col, tile_width):
+    """Tile holding global column ``col`` (array or int)."""
+    return col // tile_width
+
+
+def tile_start(tile, tile_width):
+    """First global column of ``tile``."""
+    return tile * tile_width
+
+
+def tile_extent(tile, n_cols, tile_width):
+    """Number of columns of ``tile``: ``tile_width`` except for a partial last tile."""
+    return min(tile_width, n_cols - tile * tile_width)
+
+
+def packed_capacity(compression):
+    """Entries one 256-column tile holds in the reference packed layout (word 0 is the count)."""
+    return PACKED_TILE_WIDTH // compression - 1
+
+
+def packed_words_per_tile(compression):
+    """uint32 words per (row, tile) in the reference packed layout."""
+    return PACKED_TILE_WIDTH // compression
+
+
+def slot_overflow(tile_counts_histogram, slots):
+    """Overflow entries for a slot count, from a histogram of per-tile counts.
+
+    ``tile_counts_histogram[c]`` is the number of (row, tile) pairs holding
+    ``c`` non-zeros; the overflow is ``sum_c hist[c] * max(c - slots, 0)``.
+    """
+    c = np.arange(len(tile_counts_histogram))
+    return int((tile_counts_histogram * np.maximum(c - slots, 0)).sum())
+
+
+def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTION):
+    """Smallest slot count (>= 1) whose overflow is at most ``fraction`` of the non-zeros.
+
+    Parameters
+    ----------
+    tile_counts_histogram : numpy.ndarray
+        ``hist[c]`` = number of (row, tile) pairs with ``c`` non-zeros.
+    tile_width : int
+        Upper bound for the answer.
+    fraction : float
+        Allowed share of non-zeros in the overflow.
+    """
+    hist = np.asarray(tile_counts_histogram, dtype=np.int64)
+    c = np.arange(len(hist), dtype=np.int64)
+    nnz = int((hist * c).sum())
+    if nnz == 0:
+        return 1
+    # Entries that stay in the overflow with s slots: sum over c > s of
+    # hist[c] * (c - s) = (sum_{c>s} hist[c]*c) - s * (sum_{c>s} hist[c]).
+    above_nnz = np.cumsum((hist * c)[::-1])[::-1]  # above_nnz[s] = sum_{c>=s}
+    above_n = np.cumsum(hist[::-1])[::-1]
+    s = np.arange(len(hist), dtype=np.int64)
+    tail_nnz = np.append(above_nnz[1:], 0)  # sum_{c>s}
+    tail_n = np.append(above_n[1:], 0)
+    overflow = tail_nnz - s * tail_n
+    ok = np.nonzero(overflow <= fraction * nnz)[0]
+    return int(min(max(ok[0], 1), tile_width))

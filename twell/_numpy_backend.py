@@ -1,0 +1,79 @@
+"""NumPy backend: the executable specification of every TwELL primitive.
+
+Each public function here has a twin of the same name and signature in
+``_cupy_backend`` that runs CUDA kernels. The code is vectorised (no Python
+loops over rows or entries) and uses NumPy alone, so that scipy.sparse stays
+an independent oracle in the tests.
+
+Inputs are trusted: the public API validated them. Dense inputs are
+C-contiguous 2-D arrays of a supported value dtype; CSR inputs are canonical
+(sorted columns, no duplicates, no explicit zeros).
+"""
+
+import numpy as np
+
+from . import _layout
+from ._algorithms import (  # noqa: F401 - tile_counts_csr is part of this backend's API
+    coo_to_csr,
+    expand_indptr,
+    pack_sorted_coo,
+    tile_counts_csr,
+    to_coo,
+)
+from ._validation import accumulator_dtype
+
+
+def tile_counts_dense(dense, tile_width):
+    """Non-zeros of every (row, tile) of a dense matrix, int32 (M, n_tiles)."""
+    m, k = dense.shape
+    nt = _layout.n_tiles(k, tile_width)
+    if m == 0 or nt == 0:
+        return np.zeros((m, nt), dtype=_layout.COUNT_DTYPE)
+    nonzero = (dense != 0).view(np.int8)
+    starts = np.arange(0, k, tile_width)
+    return np.add.reduceat(nonzero, starts, axis=1, dtype=_layout.COUNT_DTYPE)
+
+
+def pack_dense(dense, tile_width, slots):
+    """Dense matrix -> TwELL parts. NaN and Inf count as non-zeros."""
+    rows, cols = np.nonzero(dense)  # row-major order: sorted by (row, column)
+    return pack_sorted_coo(rows, cols, dense[rows, cols], dense.shape, tile_width, slots)
+
+
+def pack_csr(indptr, indices, data, shape, tile_width, slots):
+    """Canonical CSR -> TwELL parts."""
+    return pack_sorted_coo(expand_indptr(indptr), indices, data, shape, tile_width, slots)
+
+
+def to_dense(parts, shape, tile_width):
+    """TwELL parts -> dense C-contiguous array of the parts' dtype."""
+    rows, cols, vals = to_coo(parts, shape, tile_width)
+    out = np.zeros(shape, dtype=parts.data.dtype)
+    out[rows, cols] = vals
+    return out
+
+
+def to_csr(parts, shape, tile_width):
+    """TwELL parts -> canonical CSR ``(indptr int64, indices int32, data)``."""
+    return coo_to_csr(*to_coo(parts, shape, tile_width), shape[0])
+
+
+# Bound on the temporary (entries x right-hand sides) block of spmm, in elements.
+_SPMM_CHUNK = 1 << 22
+
+
+def spmm(parts, shape, tile_width, b, out_dtype):
+    """``A @ b`` for TwELL ``A`` and a dense 2-D ``b`` of the parts' value dtype.
+
+    Products accumulate in float32 (float64 for float64 data), then round to
+    ``out_dtype``.
+    """
+    rows, cols, vals = to_coo(parts, shape, tile_width)
+    acc = accumulator_dtype(out_dtype)
+    n = b.shape[1]
+    out = np.zeros((shape[0], n), dtype=acc)
+    step = max(1, _SPMM_CHUNK // max(n, 1))
+    for lo in range(0, rows.size, step):  # chunks bound memory; not a loop over entries
+        hi = lo + step
+        np.add.at(out, rows[lo:hi], vals[lo:hi, None].astype(acc) * b[cols[lo:hi]].astype(acc))
+    return out.astype(out_dtype, copy=False)

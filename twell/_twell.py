@@ -1,0 +1,627 @@
+"""The TwELLMatrix container."""
+
+import numbers
+
+import numpy as np
+
+from . import _algorithms, _backend, _convert, _layout, _packed
+from ._algorithms import Parts
+from ._validation import (
+    bfloat16,
+    check_shape,
+    check_slots,
+    check_tile_width,
+    result_dtype,
+    value_dtype,
+)
+
+
+def _backend_of(xp):
+    return _backend.backend(xp)
+
+
+class TwELLMatrix:
+    """Sparse matrix in TwELL (Tile-wise ELLPACK) format.
+
+    The columns are split into tiles of ``tile_width`` consecutive columns.
+    Every (row, tile) pair stores up to ``slots`` non-zeros ELLPACK-style: a
+    count and fixed-size arrays of values and columns within the tile, sorted
+    by column. Non-zeros beyond ``slots`` in a tile are kept, losslessly, in a
+    CSR overflow part.
+
+    Parameters
+    ----------
+    arg : array_like, sparse matrix, ELLMatrix, TwELLMatrix or tuple
+        What to convert: a dense 2-D NumPy or CuPy array (or array-like), any
+        ``scipy.sparse`` array or matrix, any ``cupyx.scipy.sparse`` matrix,
+        an :class:`ELLMatrix` or another :class:`TwELLMatrix`. Or the six
+        storage arrays ``(counts, data, indices, overflow_indptr,
+        overflow_indices, overflow_data)``, with ``shape``; they are checked
+        with :meth:`validate`.
+    shape : tuple of int, optional
+        ``(M, K)``; required with a tuple of storage arrays.
+    tile_width : int, optional
+        Columns per tile, in [1, 65536]. Default 256.
+    slots : int or "auto", optional
+        Slots per (row, tile), in [1, tile_width]. ``"auto"`` (default)
+        chooses the smallest count whose overflow holds at most 1% of the
+        non-zeros (see :func:`twell.auto_slots`).
+    dtype : dtype, optional
+        Value dtype: float64, float32, float16 or bfloat16. Default: that of
+        the input; bool and integer input becomes float64.
+    copy : bool, optional
+        With storage arrays, copy them (default False: the matrix shares them).
+
+    Attributes
+    ----------
+    shape : tuple of int
+        ``(M, K)``.
+    dtype : numpy.dtype
+        Value dtype.
+    tile_width : int
+        Columns per tile, ``T``.
+    slots : int
+        Slots per (row, tile), ``S``.
+    n_tiles : int
+        ``ceil(K / T)``.
+    counts : ndarray of int32, shape (M, n_tiles)
+        Entries held in the slots of each (row, tile), at most ``S``.
+    data : ndarray, shape (M, n_tiles, S)
+        Slot values; slots at and after the count hold zero.
+    indices : ndarray of uint16, shape (M, n_tiles, S)
+        Column of each slot entry within its tile, sorted; unused slots zero.
+    overflow_indptr : ndarray of int64, shape (M + 1,)
+        CSR row pointer of the overflow part.
+    overflow_indices : ndarray of int32
+        Global columns of the overflow entries, sorted within each row.
+    overflow_data : ndarray
+        Values of the overflow entries.
+
+    Notes
+    -----
+    The arrays live where the input lived: NumPy arrays on the host or CuPy
+    arrays on the current GPU. Operations on a CuPy-backed matrix run CUDA
+    kernels and return CuPy arrays; twell never copies between host and
+    device unless asked (:meth:`get`).
+
+    The canonical form makes packing deterministic: equal matrices have equal
+    storage arrays, whatever their construction path.
+
+    See Also
+    --------
+    scipy.sparse.csr_array : the compressed-row format.
+    ELLMatrix : row-wise ELLPACK, the baseline TwELL refines.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import twell
+    >>> x = np.zeros((2, 512), dtype=np.float32)
+    >>> x[0, 3], x[0, 100], x[0, 300], x[1, 511] = 1.5, 2.0, 0.25, -1.0
+    >>> a = twell.TwELLMatrix(x, slots=2)
+    >>> a.counts
+    array([[2, 1],
+           [0, 1]], dtype=int32)
+    >>> a.indices[0]
+    array([[  3, 100],
+           [ 44,   0]], dtype=uint16)
+    >>> float((a @ np.ones(512, dtype=np.float32))[0])
+    3.75
+    """
+
+    format = "twell"
+    ndim = 2
+    # Let ``ndarray @ TwELLMatrix`` reach __rmatmul__ instead of NumPy's ufunc.
+    __array_ufunc__ = None
+    __array_priority__ = 100.0
+
+    def __init__(self, arg, shape=None, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto",
+                 dtype=None, copy=False):
+        tile_width = check_tile_width(tile_width)
+        slots = check_slots(slots, tile_width)
+        if isinstance(arg, tuple):
+            self._init_from_parts(arg, shape, tile_width, dtype, copy)
+            return
+        if shape is not None and tuple(shape) != tuple(getattr(arg, "shape", shape)):
+            raise ValueError(f"shape={shape!r} does not match the input's shape {arg.shape}")
+        src = _convert.coerce(arg, dtype)
+        if isinstance(src, TwELLMatrix):
+            other = src if dtype is None else src.astype(dtype, copy=False)
+            if slots == "auto" and tile_width == other.tile_width:
+                slots = other.slots
+            result = other._relayout(tile_width, slots)
+            if copy and result is src:
+                result = result.copy()
+            self._set(result._parts, result.shape, result.tile_width)
+            return
+        if not isinstance(src, (_convert.Dense, _convert.CSR)):  # an ELLMatrix
+            src = src._as_csr_input(dtype)
+        parts = _pack(src, tile_width, slots)
+        self._set(parts, src.shape, tile_width)
+
+    # -- construction ----------------------------------------------------
+
+    def _set(self, parts, shape, tile_width):
+        self._parts = Parts(*parts)
+        self._shape = tuple(int(v) for v in shape)
+        self._tile_width = int(tile_width)
+
+    def _init_from_parts(self, arrays, shape, tile_width, dtype, copy):
+        if shape is None:
+            raise ValueError("shape is required with a tuple of storage arrays")
+        shape = check_shape(shape)
+        if len(arrays) != len(Parts._fields):
+            raise ValueError(
+                f"arg must be a tuple of the {len(Parts._fields)} storage arrays "
+                f"{Parts._fields}; got a tuple of {len(arrays)}"
+            )
+        xp = _backend.array_module(*arrays)
+        parts = Parts(*(xp.asarray(a) for a in arrays))
+        if copy:
+            parts = Parts(*(a.copy() for a in parts))
+        self._set(parts, shape, tile_width)
+        self.validate()
+        if dtype is not None:
+            self._set(self.astype(dtype)._parts, shape, tile_width)
+
+    @classmethod
+    def _from_parts(cls, parts, shape, tile_width):
+        """Wrap trusted storage arrays without checks (internal)."""
+        obj = cls.__new__(cls)
+        obj._set(parts, shape, tile_width)
+        return obj
+
+    @classmethod
+    def from_dense(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
+        """Pack a dense 2-D NumPy or CuPy array.
+
+        Every value ``!= 0`` is a non-zero, NaN and Inf included.
+
+        See Also
+        --------
+        TwELLMatrix : the constructor, which accepts any input.
+        """
+        src = _convert.dense(x, dtype)
+        return cls._from_parts(_pack(src, check_tile_width(tile_width),
+                                     check_slots(slots, tile_width)), src.shape, tile_width)
+
+    @classmethod
+    def from_csr(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
+        """Pack a scipy.sparse or cupyx.scipy.sparse matrix (any format).
+
+        Duplicates are summed and explicit zeros dropped.
+        """
+        return cls(x, tile_width=tile_width, slots=slots, dtype=dtype)
+
+    from_coo = from_csr
+
+    @classmethod
+    def from_ell(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
+        """Convert an :class:`ELLMatrix`."""
+        return cls(x, tile_width=tile_width, slots=slots)
+
+    @classmethod
+    def from_packed(cls, words, shape, compression=8):
+        """Read the packed layout of the reference TwELL kernels.
+
+        Parameters
+        ----------
+        words : ndarray of uint32, shape (M, K // compression)
+            Packed words as the reference producer writes them: per row and
+            256-column tile, word 0 is the count and words ``1..count`` hold
+            ``bf16_bits << 16 | global_column``, in any order; words after the
+            count are ignored.
+        shape : tuple of int
+            ``(M, K)``, ``K`` a multiple of 256 and at most 65536.
+        compression : {8, 4, 2}
+            The reference's compression factor ``C``: 256 / C words per tile.
+
+        Returns
+        -------
+        TwELLMatrix
+            bfloat16 matrix with ``tile_width=256`` and
+            ``slots=256 // compression - 1``, in canonical form.
+
+        Raises
+        ------
+        ValueError
+            On a count above the capacity, a column outside its tile, a
+            repeated column, or words that do not match ``shape``.
+        """
+        parts, shape = _packed.from_packed(words, shape, compression)
+        return cls._from_parts(parts, shape, _layout.PACKED_TILE_WIDTH)
+
+    # -- attributes ------------------------------------------------------
+
+    shape = property(lambda self: self._shape, doc="``(M, K)``.")
+    dtype = property(lambda self: self._parts.data.dtype, doc="Value dtype.")
+    tile_width = property(lambda self: self._tile_width, doc="Columns per tile.")
+    slots = property(lambda self: self._parts.data.shape[2], doc="Slots per (row, tile).")
+    n_tiles = property(lambda self: self._parts.counts.shape[1], doc="Number of column tiles.")
+    counts = property(lambda self: self._parts.counts, doc="Entries in the slots, (M, n_tiles).")
+    data = property(lambda self: self._parts.data, doc="Slot values, (M, n_tiles, slots).")
+    indices = property(lambda self: self._parts.indices,
+                       doc="Slot columns within the tile, (M, n_tiles, slots).")
+    overflow_indptr = property(lambda self: self._parts.overflow_indptr,
+                               doc="CSR row pointer of the overflow part, (M + 1,).")
+    overflow_indices = property(lambda self: self._parts.overflow_indices,
+                                doc="Global columns of the overflow entries.")
+    overflow_data = property(lambda self: self._parts.overflow_data,
+                             doc="Values of the overflow entries.")
+
+    @property
+    def _xp(self):
+        return _backend.array_module(self._parts.counts)
+
+    @property
+    def device(self):
+        """``"cpu"`` for NumPy-backed matrices, else the CuPy device."""
+        return "cpu" if self._xp is np else self._parts.counts.device
+
+    @property
+    def nnz(self):
+        """Number of stored non-zeros (slots plus overflow). Synchronises on the GPU."""
+        return int(self._parts.counts.sum()) + self.overflow_nnz
+
+    @property
+    def overflow_nnz(self):
+        """Number of entries in the overflow part."""
+        return int(self._parts.overflow_indices.size)
+
+    @property
+    def overflow_rows(self):
+        """Number of rows with at least one overflow entry. Synchronises on the GPU."""
+        return int((self._xp.diff(self._parts.overflow_indptr) > 0).sum())
+
+    @property
+    def occupancy(self):
+        """Share of slots that hold an entry (1.0 for a matrix without slots)."""
+        total = self._parts.data.size
+        return float(self._parts.counts.sum()) / total if total else 1.0
+
+    @property
+    def nbytes(self):
+        """Bytes of all storage arrays."""
+        return int(sum(a.nbytes for a in self._parts))
+
+    def tile_nnz(self):
+        """Non-zeros of every (row, tile), overflow included: int64 (M, n_tiles).
+
+        The distribution of these numbers guides the choice of ``slots``.
+        """
+        over = _algorithms.overflow_tile_counts(self._parts, self.shape, self.tile_width)
+        return self._parts.counts.astype(np.int64) + over.reshape(self._parts.counts.shape)
+
+    def __repr__(self):
+        m, k = self.shape
+        where = "cpu" if self._xp is np else f"cuda:{self._parts.counts.device.id}"
+        return (
+            f"<TwELLMatrix {m}x{k}, dtype={self.dtype}, nnz={self.nnz}, "
+            f"tile_width={self.tile_width}, slots={self.slots}, "
+            f"occupancy={self.occupancy:.1%}, overflow={self.overflow_nnz} entries "
+            f"in {self.overflow_rows} rows, on {where}>"
+        )
+
+    def __len__(self):
+        raise TypeError("sparse matrix length is ambiguous; use .nnz or .shape[0]")
+
+    def __bool__(self):
+        if self.shape == (1, 1):
+            return self.nnz != 0
+        raise ValueError("the truth value of a matrix with more than one element is ambiguous")
+
+    # -- checks ----------------------------------------------------------
+
+    def validate(self):
+        """Check every invariant of the storage arrays.
+
+        Raises
+        ------
+        TypeError
+            An array of the wrong kind or dtype.
+        ValueError
+            A broken invariant; the message names it.
+        """
+        from ._checks import validate_parts
+
+        validate_parts(self._parts, self.shape, self.tile_width)
+
+    # -- conversions -----------------------------------------------------
+
+    def toarray(self):
+        """Dense array (NumPy or CuPy, where the matrix lives).
+
+        See Also
+        --------
+        scipy.sparse.csr_array.toarray
+        """
+        return _backend_of(self._xp).to_dense(self._parts, self.shape, self.tile_width)
+
+    def _csr_arrays(self):
+        return _backend_of(self._xp).to_csr(self._parts, self.shape, self.tile_width)
+
+    def tocsr(self, copy=False):
+        """Convert to ``scipy.sparse.csr_array`` (host) or ``cupyx.scipy.sparse.csr_matrix``.
+
+        scipy and cupyx hold no bfloat16: a bfloat16 matrix raises TypeError;
+        cast it with ``astype(numpy.float32)`` first. cupyx holds no float16
+        either.
+        """
+        indptr, indices, data = self._csr_arrays()
+        return _sparse_type(self._xp, "csr", data.dtype)(
+            (data, indices, indptr), shape=self.shape
+        )
+
+    def tocoo(self, copy=False):
+        """Convert to ``scipy.sparse.coo_array`` (host) or ``cupyx.scipy.sparse.coo_matrix``."""
+        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
+        idx = np.int32 if self._xp is not np else np.int64
+        return _sparse_type(self._xp, "coo", vals.dtype)(
+            (vals, (rows.astype(idx), cols.astype(idx))), shape=self.shape
+        )
+
+    def to_ell(self, width=None):
+        """Convert to row-wise :class:`ELLMatrix` (``width``: see ELLMatrix)."""
+        from ._ell import ELLMatrix
+
+        return ELLMatrix(self, width=width)
+
+    def asformat(self, format, copy=False):
+        """Convert to ``"twell"``, ``"csr"``, ``"coo"``, ``"ell"`` or ``"array"``."""
+        conversions = {
+            "twell": lambda: self.copy() if copy else self,
+            "csr": self.tocsr,
+            "coo": self.tocoo,
+            "ell": self.to_ell,
+            "array": self.toarray,
+            None: lambda: self,
+        }
+        if format not in conversions:
+            raise ValueError(
+                f"format must be one of 'twell', 'csr', 'coo', 'ell', 'array'; got format={format!r}"
+            )
+        return conversions[format]()
+
+    def to_packed(self, compression=8):
+        """Write the packed layout of the reference TwELL kernels.
+
+        Parameters
+        ----------
+        compression : {8, 4, 2}
+            ``C``: each 256-column tile takes 256 / C uint32 words (one count,
+            ``256 / C - 1`` entries).
+
+        Returns
+        -------
+        ndarray of uint32, shape (M, K // compression)
+            Word 0 of a tile is the count, words ``1..count`` are
+            ``bf16_bits << 16 | global_column`` sorted by column, the rest zero.
+
+        Raises
+        ------
+        TypeError
+            When the dtype is not bfloat16 (cast with ``astype`` first).
+        ValueError
+            When ``K % 256 != 0``, ``K > 65536``, or a (row, tile) holds more
+            entries than the layout's capacity (the message says how many and
+            which compression would fit).
+        """
+        return _packed.to_packed(self, compression)
+
+    def get(self):
+        """Host copy: a NumPy-backed TwELLMatrix (itself when already on the host)."""
+        if self._xp is np:
+            return self
+        return TwELLMatrix._from_parts(Parts(*(a.get() for a in self._parts)),
+                                       self.shape, self.tile_width)
+
+    def copy(self):
+        """Deep copy."""
+        return TwELLMatrix._from_parts(Parts(*(a.copy() for a in self._parts)),
+                                       self.shape, self.tile_width)
+
+    def astype(self, dtype, copy=True):
+        """Cast the values to ``dtype``; entries that become zero are dropped."""
+        dtype = value_dtype(dtype)
+        if dtype == self.dtype:
+            return self.copy() if copy else self
+        return self._map_values(lambda v: v.astype(dtype))
+
+    def _map_values(self, fn):
+        """Apply ``fn`` to the stored values, then restore the canonical form.
+
+        Padding slots stay zero whatever ``fn`` does to zero (NaN * 0), and
+        entries that ``fn`` turns into zeros leave the matrix.
+        """
+        xp, p = self._xp, self._parts
+        mask = _algorithms.slot_mask(p.counts, self.slots)
+        new = fn(p.data)
+        data = xp.where(mask, new, xp.zeros((), dtype=new.dtype)).astype(new.dtype)
+        over = fn(p.overflow_data)
+        lost = int((mask & (data == 0)).sum()) + int((over == 0).sum())  # host sync
+        result = TwELLMatrix._from_parts(p._replace(data=data, overflow_data=over),
+                                         self.shape, self.tile_width)
+        if lost:
+            result = result._repack(self.tile_width, self.slots)
+        return result
+
+    def _repack(self, tile_width, slots):
+        """Re-pack through canonical CSR (drops zeros; new tile width/slots)."""
+        indptr, indices, data = self._csr_arrays()
+        keep = data != 0
+        if not bool(keep.all()):  # host sync on the GPU
+            rows = _algorithms.expand_indptr(indptr)[keep]
+            indptr = _algorithms.exclusive_cumsum(self._xp.bincount(rows, minlength=self.shape[0]))
+            indices, data = indices[keep], data[keep]
+        src = _convert.CSR(indptr, indices, data, self.shape)
+        return TwELLMatrix._from_parts(_pack(src, tile_width, slots), self.shape, tile_width)
+
+    def _relayout(self, tile_width, slots):
+        """This matrix with another tile width and slot count (itself if unchanged)."""
+        if tile_width == self.tile_width and slots in (self.slots, "auto"):
+            return self
+        return self._repack(tile_width, slots)
+
+    def transpose(self, axes=None, copy=False):
+        """Transpose, keeping the tile width; slots chosen again by ``"auto"``.
+
+        See Also
+        --------
+        scipy.sparse.csr_array.transpose
+        """
+        if axes is not None and tuple(axes) != (1, 0):
+            raise ValueError(f"axes must be None or (1, 0); got axes={axes!r}")
+        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
+        m, k = self.shape
+        src = _convert.csr_from_coo(cols, rows, vals, (k, m))
+        return TwELLMatrix._from_parts(_pack(src, self.tile_width, "auto"), (k, m),
+                                       self.tile_width)
+
+    T = property(transpose, doc="Transpose (see :meth:`transpose`).")
+
+    # -- arithmetic ------------------------------------------------------
+
+    def __matmul__(self, other):
+        if isinstance(other, TwELLMatrix) or _is_sparse(other):
+            raise TypeError(
+                "sparse @ sparse is not supported; multiply by a dense array, or convert one "
+                "side with .tocsr()"
+            )
+        return _matmul(self, other)
+
+    def __rmatmul__(self, other):
+        if _is_sparse(other):
+            return NotImplemented
+        xp = _backend.array_module(self._parts.counts, other if _is_array(other) else None)
+        other = other if _is_array(other) else xp.asarray(other)
+        if other.ndim == 1:
+            return _matmul(self.T, other)
+        if other.ndim != 2:
+            raise ValueError(f"other must be 1-D or 2-D; got other.ndim={other.ndim}")
+        return _matmul(self.T, other.T).T
+
+    def dot(self, other):
+        """Same as ``self @ other``."""
+        return self @ other
+
+    def __mul__(self, other):
+        if not _is_scalar(other):
+            raise TypeError(
+                "TwELLMatrix * x supports scalars only (elementwise); use @ for matrix products; "
+                f"got {type(other).__name__}"
+            )
+        dtype = self.dtype if isinstance(other, (int, float)) else result_dtype(
+            self.dtype, np.asarray(other).dtype)
+        scale = np.asarray(other).astype(np.float64)
+        return self._map_values(lambda v: (v.astype(np.float64) * scale).astype(dtype))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if not _is_scalar(other):
+            raise TypeError(f"TwELLMatrix / x supports scalars only; got {type(other).__name__}")
+        return self * (1.0 / np.float64(other))
+
+    def __neg__(self):
+        return self * -1
+
+    def sum(self, axis=None):
+        """Sum of the entries: a scalar (``axis=None``) or a 1-D array (``axis=0|1``).
+
+        Accumulates in float64, returns the matrix dtype (as
+        ``scipy.sparse`` arrays do, it returns 1-D arrays, not matrices).
+        """
+        xp = self._xp
+        if axis not in (None, 0, 1, -1, -2):
+            raise ValueError(f"axis must be None, 0 or 1; got axis={axis!r}")
+        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
+        vals = vals.astype(np.float64)
+        if axis is None:
+            return vals.sum().astype(self.dtype)[()]
+        axis %= 2
+        key, n = (cols, self.shape[1]) if axis == 0 else (rows, self.shape[0])
+        return xp.bincount(key, weights=vals, minlength=n).astype(self.dtype)
+
+
+def _is_array(x):
+    return isinstance(x, np.ndarray) or _backend.is_cupy_array(x)
+
+
+def _is_sparse(x):
+    import scipy.sparse as sp
+
+    return sp.issparse(x) or _backend.is_cupyx_sparse(x)
+
+
+def _is_scalar(x):
+    """A real number: Python int/float, NumPy scalar or 0-d array (bool excluded)."""
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, numbers.Real):
+        return True
+    if isinstance(x, (np.generic, np.ndarray)) and x.ndim == 0:
+        return x.dtype.kind in "iuf" or x.dtype == bfloat16
+    return False
+
+
+def _matmul(a, b):
+    """``a @ b`` for TwELL ``a`` and a dense vector or matrix ``b``."""
+    xp = _backend.array_module(a._parts.counts, b if _is_array(b) else None)
+    if not _is_array(b):
+        b = xp.asarray(b)
+    if b.ndim not in (1, 2):
+        raise ValueError(f"other must be 1-D or 2-D; got other.ndim={b.ndim}")
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise ValueError(
+            f"matmul: dimension mismatch, A.shape={a.shape} and other.shape={b.shape} "
+            f"(A.shape[1]={k} must equal other.shape[0]={b.shape[0]})"
+        )
+    out_dtype = result_dtype(a.dtype, value_dtype(b.dtype, "other.dtype"))
+    parts = a._parts
+    if parts.data.dtype != out_dtype:
+        parts = parts._replace(data=parts.data.astype(out_dtype),
+                               overflow_data=parts.overflow_data.astype(out_dtype))
+    vector = b.ndim == 1
+    b2 = xp.ascontiguousarray(b.reshape(k, -1) if vector else b, dtype=out_dtype)
+    out = _backend_of(xp).spmm(parts, a.shape, a.tile_width, b2, out_dtype)
+    return out.reshape(m) if vector else out
+
+
+def _pack(src, tile_width, slots):
+    """Dense or CSR input -> Parts, choosing slots when asked for "auto"."""
+    be = _backend_of(_backend.array_module(src.data if src.kind == "csr" else src.array))
+    if src.kind == "dense":
+        if slots == "auto":
+            slots = _auto_slots(be.tile_counts_dense(src.array, tile_width), tile_width)
+        return be.pack_dense(src.array, tile_width, slots)
+    if slots == "auto":
+        counts = be.tile_counts_csr(src.indptr, src.indices, src.shape, tile_width)
+        slots = _auto_slots(counts, tile_width)
+    return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots)
+
+
+def _auto_slots(tile_counts, tile_width):
+    """``slots="auto"`` from per-tile counts (one small device-to-host copy on the GPU)."""
+    xp = _backend.array_module(tile_counts)
+    hist = xp.bincount(tile_counts.reshape(-1), minlength=1)
+    return _layout.auto_slots(_backend.to_numpy(hist), tile_width)
+
+
+def _sparse_type(xp, fmt, dtype):
+    """scipy's ``csr_array``/``coo_array`` on the host, cupyx's matrices on the device."""
+    if xp is np:
+        import scipy.sparse as sp
+
+        if dtype == bfloat16:
+            raise TypeError(
+                "scipy.sparse cannot hold bfloat16; convert with .astype(numpy.float32) first"
+            )
+        return {"csr": sp.csr_array, "coo": sp.coo_array}[fmt]
+    cs = _backend.cupyx_sparse()
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(
+            f"cupyx.scipy.sparse holds float32/float64 only; got dtype={dtype}; "
+            "convert with .astype(numpy.float32) first"
+        )
+    return {"csr": cs.csr_matrix, "coo": cs.coo_matrix}[fmt]

@@ -1,0 +1,114 @@
+"""Checks on user input, done once at the API boundary.
+
+Every message names the parameter, the limit and the value that was given.
+Backend functions trust what passes these checks.
+"""
+
+import numbers
+
+import ml_dtypes
+import numpy as np
+
+from . import _layout
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+#: Value dtypes a TwELL/ELL matrix can hold.
+SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), bfloat16)
+
+
+def value_dtype(dtype, name="dtype"):
+    """The storage dtype for input of ``dtype``.
+
+    float64/float32/float16/bfloat16 are kept; bool and integer input becomes
+    float64; anything else (complex, objects, strings) is a TypeError.
+    """
+    dtype = np.dtype(dtype)
+    if dtype in SUPPORTED_DTYPES:
+        return dtype
+    if dtype.kind in "biu":
+        return np.dtype(np.float64)
+    supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+    raise TypeError(
+        f"{name} must be one of {supported} (bool and integers become float64); got {name}={dtype}"
+    )
+
+
+def accumulator_dtype(dtype):
+    """Accumulation dtype: float64 for float64, float32 for everything narrower."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def result_dtype(a, b):
+    """NumPy promotion of two value dtypes, with bfloat16 x float16 -> float32.
+
+    NumPy has no common type for ml_dtypes' bfloat16 and float16; both fit
+    in float32 exactly, so that is the answer.
+    """
+    a, b = value_dtype(a), value_dtype(b)
+    try:
+        return value_dtype(np.result_type(a, b))
+    except TypeError:
+        return np.dtype(np.float32)
+
+
+def check_shape(shape, name="shape"):
+    """A pair of non-negative ints; column count within the index limit."""
+    try:
+        m, k = (operator_index(v, name) for v in shape)
+        if len(shape) != 2:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair of non-negative ints (M, K); got {name}={shape!r}")
+    if m < 0 or k < 0:
+        raise ValueError(f"{name} must be non-negative; got {name}={shape!r}")
+    if k > _layout.MAX_COLUMNS:
+        raise ValueError(
+            f"{name}[1] (columns) must be at most {_layout.MAX_COLUMNS}; got {name}={shape!r}"
+        )
+    return (m, k)
+
+
+def operator_index(value, name):
+    """``value`` as a Python int, rejecting bools, floats and other objects."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int; got {name}={value!r}")
+    return int(value)
+
+
+def check_tile_width(tile_width):
+    """Tile width: an int in [1, 65536]."""
+    t = operator_index(tile_width, "tile_width")
+    if not 1 <= t <= _layout.MAX_TILE_WIDTH:
+        raise ValueError(
+            f"tile_width must be between 1 and {_layout.MAX_TILE_WIDTH}; got tile_width={t}"
+        )
+    return t
+
+
+def check_slots(slots, tile_width):
+    """Slot count: ``"auto"`` or an int in [1, tile_width]. Returns the int or ``"auto"``."""
+    if isinstance(slots, str):
+        if slots == "auto":
+            return slots
+        raise ValueError(f'slots must be "auto" or an int in [1, {tile_width}]; got slots={slots!r}')
+    s = operator_index(slots, "slots")
+    if not 1 <= s <= tile_width:
+        raise ValueError(f"slots must be between 1 and tile_width={tile_width}; got slots={s}")
+    return s
+
+
+def check_compression(compression):
+    """Reference packed layout compression factor: 2, 4 or 8."""
+    c = operator_index(compression, "compression")
+    if c not in _layout.PACKED_COMPRESSIONS:
+        raise ValueError(f"compression must be one of 2, 4, 8; got compression={c}")
+    return c
+
+
+def check_dense(x, name="x"):
+    """A 2-D dense array of a supported (or castable) dtype."""
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D; got {name}.ndim={x.ndim} (shape {x.shape})")
+    check_shape(x.shape, f"{name}.shape")
+    return value_dtype(x.dtype, f"{name}.dtype")
