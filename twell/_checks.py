@@ -49,7 +49,7 @@ def validate_parts(parts, shape, tile_width):
         raise ValueError(f"overflow_indices and overflow_data must be 1-D of equal length; got "
                          f"{ocols.shape} and {odata.shape}")
     for name, a in zip(("counts", "data", "indices", "overflow_indptr", "overflow_indices",
-                        "overflow_data"), parts):
+                        "overflow_data"), parts, strict=True):
         if not a.flags.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous")
 

@@ -378,7 +378,8 @@ class TwELLMatrix:
         }
         if format not in conversions:
             raise ValueError(
-                f"format must be one of 'twell', 'csr', 'coo', 'ell', 'array'; got format={format!r}"
+                "format must be one of 'twell', 'csr', 'coo', 'ell', 'array'; "
+                f"got format={format!r}"
             )
         return conversions[format]()
 

@@ -59,7 +59,9 @@ def check_shape(shape, name="shape"):
         if len(shape) != 2:
             raise ValueError
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair of non-negative ints (M, K); got {name}={shape!r}")
+        raise ValueError(
+            f"{name} must be a pair of non-negative ints (M, K); got {name}={shape!r}"
+        ) from None
     if m < 0 or k < 0:
         raise ValueError(f"{name} must be non-negative; got {name}={shape!r}")
     if k > _layout.MAX_COLUMNS:
@@ -91,7 +93,9 @@ def check_slots(slots, tile_width):
     if isinstance(slots, str):
         if slots == "auto":
             return slots
-        raise ValueError(f'slots must be "auto" or an int in [1, {tile_width}]; got slots={slots!r}')
+        raise ValueError(
+            f'slots must be "auto" or an int in [1, {tile_width}]; got slots={slots!r}'
+        )
     s = operator_index(slots, "slots")
     if not 1 <= s <= tile_width:
         raise ValueError(f"slots must be between 1 and tile_width={tile_width}; got slots={s}")
