@@ -104,43 +104,57 @@ def overflow_tile_counts(parts, shape, tile_width):
     return xp.bincount(key, minlength=m * nt)
 
 
+def csr_layout(parts, shape, tile_width):
+    """Where every entry goes in canonical (row, column) order.
+
+    A tile's slot entries precede its overflow entries and both are sorted,
+    so positions follow from prefix sums of per-tile sizes: no sort is needed.
+
+    Returns
+    -------
+    tile_offset : int64 (M * n_tiles + 1,)
+        Position of each (row, tile)'s first entry; slot ``s`` of pair ``p``
+        goes to ``tile_offset[p] + s``; ``tile_offset[-1]`` is the nnz.
+    overflow_rows : int64 (n_overflow,)
+        Row of every overflow entry.
+    overflow_pos : int64 (n_overflow,)
+        Position of every overflow entry.
+    """
+    xp = array_module(parts.counts)
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    counts = parts.counts.reshape(-1).astype(np.int64)
+    over_rows = expand_indptr(parts.overflow_indptr)
+    over_key = over_rows * nt + parts.overflow_indices.astype(np.int64) // tile_width
+    over_per_tile = xp.bincount(over_key, minlength=m * nt)
+    tile_offset = exclusive_cumsum(counts + over_per_tile)
+    over_rank = xp.arange(over_key.size, dtype=np.int64) - exclusive_cumsum(over_per_tile)[over_key]
+    return tile_offset, over_rows, tile_offset[over_key] + counts[over_key] + over_rank
+
+
 def to_coo(parts, shape, tile_width):
     """TwELL parts -> ``(rows, cols, vals)`` sorted by (row, column), int64 indices.
-
-    The slot entries of a tile precede its overflow entries and both are
-    sorted, so every entry's position in canonical order follows from prefix
-    sums of per-tile sizes: no sort is needed.
 
     On CuPy this synchronises once with the host to learn the number of
     non-zeros (the output size).
     """
     xp = array_module(parts.counts)
     m, k = shape
-    nt = _layout.n_tiles(k, tile_width)
+    nt = max(_layout.n_tiles(k, tile_width), 1)
     slots = parts.data.shape[2]
-    counts = parts.counts.reshape(-1).astype(np.int64)
-    over_rows = expand_indptr(parts.overflow_indptr)
-    over_cols = parts.overflow_indices.astype(np.int64)
-    over_key = over_rows * nt + over_cols // tile_width
-    over_per_tile = xp.bincount(over_key, minlength=m * nt)
-    tile_offset = exclusive_cumsum(counts + over_per_tile)
+    tile_offset, over_rows, over_pos = csr_layout(parts, shape, tile_width)
     nnz = int(tile_offset[-1])  # device-to-host sync on CuPy: the output size
-
     rows = xp.empty(nnz, dtype=np.int64)
     cols = xp.empty(nnz, dtype=np.int64)
     vals = xp.empty(nnz, dtype=parts.data.dtype)
-
-    key, s = xp.nonzero(slot_mask(parts.counts, slots).reshape(m * nt, slots))
+    key, s = xp.nonzero(slot_mask(parts.counts, slots).reshape(-1, slots))
     pos = tile_offset[key] + s
-    rows[pos] = key // max(nt, 1)
-    cols[pos] = (key % max(nt, 1)) * tile_width + parts.indices.reshape(m * nt, slots)[key, s]
-    vals[pos] = parts.data.reshape(m * nt, slots)[key, s]
-
-    over_rank = xp.arange(over_key.size, dtype=np.int64) - exclusive_cumsum(over_per_tile)[over_key]
-    pos = tile_offset[over_key] + counts[over_key] + over_rank
-    rows[pos] = over_rows
-    cols[pos] = over_cols
-    vals[pos] = parts.overflow_data
+    rows[pos] = key // nt
+    cols[pos] = (key % nt) * tile_width + parts.indices.reshape(-1, slots)[key, s]
+    vals[pos] = parts.data.reshape(-1, slots)[key, s]
+    rows[over_pos] = over_rows
+    cols[over_pos] = parts.overflow_indices
+    vals[over_pos] = parts.overflow_data
     return rows, cols, vals
 
 

@@ -1,0 +1,68 @@
+"""Compile every CUDA source with nvcc for the given architectures (CI).
+
+The instantiations come from the same table the run-time loader uses
+(``twell._kernels.INSTANCES``); taking each kernel's address in a generated
+translation unit makes nvcc compile it. Prints ptxas' register, shared
+memory and spill report; exits non-zero on any compile error, and on spills
+unless ``--allow-spills``.
+
+Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90
+"""
+
+import argparse
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from twell import _kernels  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", action="append", default=[], help="e.g. sm_80 (repeatable)")
+    parser.add_argument("--nvcc", default="nvcc")
+    parser.add_argument("--allow-spills", action="store_true")
+    args = parser.parse_args()
+    archs = args.arch or ["sm_80", "sm_90"]
+    src = ROOT / "cuda_src"
+    missing = sorted(p.name for p in src.glob("*.cu") if p.name not in _kernels.INSTANCES)
+    if missing:
+        sys.exit(f"cuda_src has sources the loader does not know: {missing}")
+    failed, spills = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, instances in _kernels.INSTANCES.items():
+            unit = pathlib.Path(tmp) / name
+            refs = ",\n  ".join(f"(const void*)&{e}" for e in instances)
+            unit.write_text(f'#include "{src / name}"\n'
+                            f"const void* const twell_ci_instances[] = {{\n  {refs}\n}};\n")
+            for arch in archs:
+                cmd = [args.nvcc, *_kernels.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
+                       f"-I{src}", "-o", str(pathlib.Path(tmp) / f"{name}.{arch}.cubin"), str(unit)]
+                print(f"== {name} {arch}", flush=True)
+                res = subprocess.run(cmd, capture_output=True, text=True)
+                report = res.stdout + res.stderr
+                for line in report.splitlines():
+                    if any(w in line for w in ("Compiling entry", "Used", "spill", "error")):
+                        print("  " + line.strip().replace("ptxas info    : ", ""))
+                if res.returncode:
+                    print(report)
+                    failed.append(f"{name} ({arch})")
+                spills += [f"{name} {arch}: {m}" for m in re.findall(
+                    r"(\d+ bytes spill stores, \d+ bytes spill loads)", report)
+                    if not m.startswith("0 bytes spill stores, 0 bytes spill loads")]
+    if failed:
+        sys.exit(f"compile failed: {failed}")
+    if spills:
+        print("spills:\n  " + "\n  ".join(spills))
+        if not args.allow_spills:
+            sys.exit("register spills found (pass --allow-spills to accept)")
+    print(f"compiled {sum(len(v) for v in _kernels.INSTANCES.values())} kernels for {archs}: OK")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""CuPy backend: the primitives of ``_numpy_backend``, run as CUDA kernels.
+
+One launch wrapper per kernel of ``cuda_src/``. Wrappers trust their inputs
+(the public API validated them), cast every scalar to its C type, allocate
+the outputs and compute the grid next to the launch. Everything runs on
+CuPy's current stream; the device-to-host synchronisations are marked.
+"""
+
+import cupy
+import numpy as np
+
+from . import _kernels, _layout
+from ._algorithms import (  # noqa: F401 - tile_counts_csr is part of this backend's API
+    Parts,
+    csr_layout,
+    exclusive_cumsum,
+    tile_counts_csr,
+)
+
+# Threads per block for the warp-per-item kernels (8 warps) and the thread-per-item ones.
+_BLOCK = 256
+_WARPS = _BLOCK // 32
+_MODE_COUNT, _MODE_SLOTS, _MODE_OVERFLOW = 0, 1, 2
+
+_i32, _i64 = np.int32, np.int64
+
+
+def _blocks(items, per_block):
+    return (int(-(-items // per_block)),)
+
+
+def _aligned(*arrays):
+    return all(a.data.ptr % 16 == 0 for a in arrays)
+
+
+def _vec(dtype, *conditions):
+    """16-byte vectors when every condition holds, else one value at a time."""
+    return _kernels.vector_width(dtype) if all(conditions) else 1
+
+
+def _expr(kernel, dtype, vec=None):
+    ctype = _kernels.CTYPES[np.dtype(dtype)]
+    return f"{kernel}<{ctype}>" if vec is None else f"{kernel}<{ctype}, {vec}>"
+
+
+def _dense_vec(dense, tile_width):
+    v = _kernels.vector_width(dense.dtype)
+    return _vec(dense.dtype, dense.shape[1] % v == 0, tile_width % v == 0, _aligned(dense))
+
+
+def _empty_parts(m, nt, slots, dtype, slot_fill=cupy.zeros):
+    return Parts(
+        slot_fill((m, nt), dtype=_layout.COUNT_DTYPE),
+        slot_fill((m, nt, slots), dtype=dtype),
+        slot_fill((m, nt, slots), dtype=_layout.INDEX_DTYPE),
+        cupy.zeros(m + 1, dtype=_layout.OVERFLOW_INDPTR_DTYPE),
+        cupy.zeros(0, dtype=_layout.OVERFLOW_INDEX_DTYPE),
+        cupy.zeros(0, dtype=dtype),
+    )
+
+
+def _overflow_offsets(totals, slots):
+    """Exclusive prefix sum of per-pair overflow and its total (one host sync)."""
+    offset = exclusive_cumsum(cupy.maximum(totals.reshape(-1) - slots, 0))
+    return offset, int(offset[-1])  # device-to-host sync: the overflow size
+
+
+def _with_overflow(parts, offset, n_over, nt):
+    m = parts.counts.shape[0]
+    return parts._replace(
+        overflow_indptr=offset[:: nt] if nt else cupy.zeros(m + 1, dtype=np.int64),
+        overflow_indices=cupy.empty(n_over, dtype=_layout.OVERFLOW_INDEX_DTYPE),
+        overflow_data=cupy.empty(n_over, dtype=parts.data.dtype),
+    )
+
+
+# -- dense -> TwELL ---------------------------------------------------------
+
+def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset):
+    m, k = dense.shape
+    pairs = m * _layout.n_tiles(k, tile_width)
+    if pairs == 0:
+        return
+    vec = _dense_vec(dense, tile_width)
+    kernel = _kernels.function("pack.cu", _expr("twell_pack_dense", dense.dtype, vec))
+    # One warp per (row, tile).
+    kernel(_blocks(pairs, _WARPS), (_BLOCK,), (
+        dense, _i64(m), _i64(k), _i32(tile_width), _i32(slots), _i32(mode), totals,
+        parts.counts, parts.data, parts.indices, offset, parts.overflow_indices,
+        parts.overflow_data))
+
+
+def tile_counts_dense(dense, tile_width):
+    """Non-zeros of every (row, tile) of a dense matrix, int32 (M, n_tiles)."""
+    m, k = dense.shape
+    nt = _layout.n_tiles(k, tile_width)
+    totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
+    parts = _empty_parts(0, 0, 1, dense.dtype)
+    _launch_pack_dense(dense, tile_width, 1, _MODE_COUNT, totals, parts, parts.overflow_indptr)
+    return totals
+
+
+def pack_dense(dense, tile_width, slots):
+    """Dense matrix -> TwELL parts (NaN and Inf count as non-zeros).
+
+    One pass over the dense matrix writes the slots; a second pass, over the
+    overflowing tiles only, writes the overflow. Synchronises once with the
+    host to size the overflow.
+    """
+    m, k = dense.shape
+    nt = _layout.n_tiles(k, tile_width)
+    parts = _empty_parts(m, nt, slots, dense.dtype, slot_fill=cupy.empty)
+    totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
+    _launch_pack_dense(dense, tile_width, slots, _MODE_SLOTS, totals, parts,
+                       parts.overflow_indptr)
+    offset, n_over = _overflow_offsets(totals, slots)
+    if n_over == 0:
+        return parts
+    parts = _with_overflow(parts, offset, n_over, nt)
+    _launch_pack_dense(dense, tile_width, slots, _MODE_OVERFLOW, totals, parts, offset)
+    return parts
+
+
+# -- CSR -> TwELL -----------------------------------------------------------
+
+def _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, mode, totals, parts,
+                     offset):
+    m, k = shape
+    if m == 0 or indices.size == 0:
+        return
+    kernel = _kernels.function("pack.cu", _expr("twell_pack_csr", data.dtype))
+    # One warp per row.
+    kernel(_blocks(m, _WARPS), (_BLOCK,), (
+        indptr, indices, data, _i64(m), _i64(k), _i32(tile_width), _i32(slots), _i32(mode),
+        totals, parts.counts, parts.data, parts.indices, offset, parts.overflow_indices,
+        parts.overflow_data))
+
+
+def pack_csr(indptr, indices, data, shape, tile_width, slots):
+    """Canonical CSR -> TwELL parts. Synchronises once with the host to size the overflow."""
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    indptr = cupy.ascontiguousarray(indptr, dtype=np.int64)
+    indices = cupy.ascontiguousarray(indices, dtype=np.int32)
+    data = cupy.ascontiguousarray(data)
+    parts = _empty_parts(m, nt, slots, data.dtype)  # the kernel writes only used slots
+    totals = cupy.zeros((m, nt), dtype=_layout.COUNT_DTYPE)
+    _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, _MODE_SLOTS, totals,
+                     parts, parts.overflow_indptr)
+    offset, n_over = _overflow_offsets(totals, slots)
+    if n_over == 0:
+        return parts
+    parts = _with_overflow(parts, offset, n_over, nt)
+    _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, _MODE_OVERFLOW, totals,
+                     parts, offset)
+    return parts
+
+
+# -- TwELL -> dense / CSR ---------------------------------------------------
+
+def _scatter_overflow(parts, shape, out):
+    n_over = parts.overflow_indices.size
+    if n_over == 0:
+        return
+    kernel = _kernels.function("unpack.cu", _expr("twell_scatter_csr", out.dtype))
+    # One thread per overflow entry.
+    kernel(_blocks(n_over, _BLOCK), (_BLOCK,), (
+        parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, _i64(shape[0]),
+        _i64(n_over), _i64(shape[1]), out))
+
+
+def to_dense(parts, shape, tile_width):
+    """TwELL parts -> dense C-contiguous CuPy array (every element written by the kernels)."""
+    m, k = shape
+    out = cupy.empty(shape, dtype=parts.data.dtype)
+    pairs = parts.counts.size
+    if pairs:
+        vec = _dense_vec(out, tile_width)
+        kernel = _kernels.function("unpack.cu", _expr("twell_unpack_dense", out.dtype, vec))
+        # One warp per (row, tile).
+        kernel(_blocks(pairs, _WARPS), (_BLOCK,), (
+            parts.counts, parts.data, parts.indices, _i64(m), _i64(k), _i32(tile_width),
+            _i32(parts.data.shape[2]), out))
+    _scatter_overflow(parts, shape, out)
+    return out
+
+
+def to_csr(parts, shape, tile_width):
+    """TwELL parts -> canonical CSR ``(indptr int64, indices int32, data)``.
+
+    Synchronises once with the host to size the output.
+    """
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    slots = parts.data.shape[2]
+    tile_offset, _, over_pos = csr_layout(parts, shape, tile_width)
+    nnz = int(tile_offset[-1])  # device-to-host sync: the output size
+    indices = cupy.empty(nnz, dtype=_layout.OVERFLOW_INDEX_DTYPE)
+    data = cupy.empty(nnz, dtype=parts.data.dtype)
+    n_slots = parts.data.size
+    if n_slots:
+        kernel = _kernels.function("unpack.cu", _expr("twell_slots_to_csr", data.dtype))
+        # One thread per slot.
+        kernel(_blocks(n_slots, _BLOCK), (_BLOCK,), (
+            parts.counts, parts.data, parts.indices, _i64(parts.counts.size), _i64(nt),
+            _i32(tile_width), _i32(slots), tile_offset, indices, data))
+    indices[over_pos] = parts.overflow_indices
+    data[over_pos] = parts.overflow_data
+    indptr = tile_offset[:: nt] if nt else cupy.zeros(m + 1, dtype=np.int64)
+    return indptr, indices, data
+
+
+# -- SpMM -------------------------------------------------------------------
+
+def spmm(parts, shape, tile_width, b, out_dtype):
+    """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype."""
+    m, k = shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return cupy.zeros((m, n), dtype=out_dtype)
+    out = cupy.empty((m, n), dtype=out_dtype)
+    common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+              parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
+              _i32(parts.data.shape[2]))
+    if n == 1:
+        kernel = _kernels.function("spmm.cu", _expr("twell_spmv", out_dtype))
+        # One warp per row.
+        kernel(_blocks(m, _WARPS), (_BLOCK,), (*common, b, out))
+        return out
+    vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
+    kernel = _kernels.function("spmm.cu", _expr("twell_spmm_rows", out_dtype, vec))
+    # One warp per (row, 32 * vec output columns).
+    grid = (_blocks(m, _WARPS)[0], int(-(-n // (32 * vec))))
+    kernel(grid, (_BLOCK,), (*common, b, _i64(n), out))
+    return out

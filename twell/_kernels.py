@@ -1,0 +1,97 @@
+"""Finding, compiling and caching the CUDA sources of ``cuda_src/``.
+
+Each ``.cu`` file is one operation family. The table :data:`INSTANCES` lists
+every template instantiation twell launches; the loader compiles them all
+with ``cupy.RawModule(name_expressions=...)`` once per process (CuPy also
+keeps a disk cache keyed on the source text and options), and
+``scripts/compile_kernels.py`` compiles the same table with nvcc in CI.
+"""
+
+import functools
+import importlib.resources
+import pathlib
+
+import numpy as np
+
+from ._validation import SUPPORTED_DTYPES, bfloat16
+
+HEADER = "twell_layout.cuh"
+
+#: C++ type of each value dtype.
+CTYPES = {
+    np.dtype(np.float64): "double",
+    np.dtype(np.float32): "float",
+    np.dtype(np.float16): "__half",
+    bfloat16: "__nv_bfloat16",
+}
+
+
+def vector_width(dtype):
+    """Values per 16-byte vector."""
+    return 16 // np.dtype(dtype).itemsize
+
+
+def _vectored(kernel):
+    """Instances with VEC = 1 and one 16-byte vector, for every dtype."""
+    return [f"{kernel}<{CTYPES[d]}, {v}>" for d in SUPPORTED_DTYPES for v in (1, vector_width(d))]
+
+
+def _typed(kernel):
+    return [f"{kernel}<{CTYPES[d]}>" for d in SUPPORTED_DTYPES]
+
+
+#: Every kernel instantiation, by source file.
+INSTANCES = {
+    "pack.cu": _vectored("twell_pack_dense") + _typed("twell_pack_csr"),
+    "unpack.cu": (_vectored("twell_unpack_dense") + _typed("twell_scatter_csr")
+                  + _typed("twell_slots_to_csr") + ["twell_layout_probe"]),
+    "spmm.cu": _vectored("twell_spmm_rows") + _typed("twell_spmv"),
+}
+
+#: nvcc/NVRTC options shared by the loader and the CI compile.
+OPTIONS = ("-std=c++17",)
+
+
+def source_dir():
+    """Folder holding the CUDA sources: inside the installed package, else the checkout's."""
+    installed = importlib.resources.files("twell") / "cuda_src"
+    if installed.is_dir():
+        return pathlib.Path(str(installed))
+    checkout = pathlib.Path(__file__).resolve().parent.parent / "cuda_src"
+    if checkout.is_dir():
+        return checkout
+    raise FileNotFoundError(
+        f"twell's CUDA sources are missing: looked in {installed} and {checkout}"
+    )
+
+
+def source_text(name):
+    """Source of ``name`` with the shared header inlined and ``#line`` directives kept.
+
+    CuPy's cache keys on the source text, not on included files, so the
+    header is pasted in; ``#line`` makes compiler messages name the real file
+    and line.
+    """
+    folder = source_dir()
+    header = (folder / HEADER).read_text()
+    out = []
+    for number, line in enumerate((folder / name).read_text().splitlines(), start=1):
+        if line.strip() == f'#include "{HEADER}"':
+            out += [f'#line 1 "{HEADER}"', header, f'#line {number + 1} "{name}"']
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@functools.cache
+def module(name):
+    """The compiled ``cupy.RawModule`` of one source file (compiled once per process)."""
+    import cupy
+
+    return cupy.RawModule(code=source_text(name), options=OPTIONS,
+                          name_expressions=INSTANCES[name])
+
+
+def function(name, expression):
+    """A kernel of ``name`` by its name expression, e.g. ``twell_spmv<float>``."""
+    return module(name).get_function(expression)
