@@ -21,7 +21,7 @@ failures = 0
 def check(name, ok):
     global failures
     failures += not ok
-    if not ok:
+    if not ok and failures <= 25:
         print("FAIL", name, flush=True)
 
 
@@ -49,9 +49,11 @@ for dtype, (m, k), t, s, density in itertools.product(
     check(f"tile_counts {case}", np.array_equal(nb.tile_counts_dense(x, t),
                                                 gb.tile_counts_dense(xd, t).get()))
     indptr, indices, data = nb.to_csr(ref, (m, k), t)
-    got2 = gb.pack_csr(cupy.asarray(indptr), cupy.asarray(indices), cupy.asarray(data), (m, k), t, s)
-    check(f"pack_csr {case}", all(np.array_equal(np.asarray(r).view(np.uint8), g.get().view(np.uint8))
-                                  for r, g in zip(ref, got2, strict=True)))
+    got2 = gb.pack_csr(cupy.asarray(indptr), cupy.asarray(indices), cupy.asarray(data),
+                       (m, k), t, s)
+    same = [np.array_equal(np.asarray(r).view(np.uint8), g.get().view(np.uint8))
+            for r, g in zip(ref, got2, strict=True)]
+    check(f"pack_csr {case}", all(same))
     dense_back = gb.to_dense(got, (m, k), t).get()
     check(f"to_dense {case}", np.array_equal(dense_back.astype(np.float64), x.astype(np.float64),
                                              equal_nan=True))

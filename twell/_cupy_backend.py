@@ -65,10 +65,17 @@ def _overflow_offsets(totals, slots):
     return offset, int(offset[-1])  # device-to-host sync: the overflow size
 
 
+def _row_starts(tile_offset, m, nt):
+    """Per-row pointer from a per-(row, tile) exclusive prefix sum (a contiguous copy)."""
+    if nt == 0:
+        return cupy.zeros(m + 1, dtype=np.int64)
+    return cupy.ascontiguousarray(tile_offset[::nt])
+
+
 def _with_overflow(parts, offset, n_over, nt):
     m = parts.counts.shape[0]
     return parts._replace(
-        overflow_indptr=offset[:: nt] if nt else cupy.zeros(m + 1, dtype=np.int64),
+        overflow_indptr=_row_starts(offset, m, nt),
         overflow_indices=cupy.empty(n_over, dtype=_layout.OVERFLOW_INDEX_DTYPE),
         overflow_data=cupy.empty(n_over, dtype=parts.data.dtype),
     )
@@ -206,7 +213,7 @@ def to_csr(parts, shape, tile_width):
             _i32(tile_width), _i32(slots), tile_offset, indices, data))
     indices[over_pos] = parts.overflow_indices
     data[over_pos] = parts.overflow_data
-    indptr = tile_offset[:: nt] if nt else cupy.zeros(m + 1, dtype=np.int64)
+    indptr = _row_starts(tile_offset, m, nt)
     return indptr, indices, data
 
 
