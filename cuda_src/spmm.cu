@@ -11,6 +11,7 @@ using namespace twell;
 // lane, and broadcasts each entry with shuffles; for every entry each lane loads its VEC values
 // of the B row (one 16-byte load when VEC > 1: the launcher checks N % VEC == 0 and alignment).
 // Entries are taken four at a time so that four B loads are in flight before the FMAs.
+// `gate` points to true unless twell_spmm_mma computes the product instead.
 // Grid: (ceil(M / warps per block), ceil(N / (32 * VEC))).
 template <typename T, int VEC>
 __global__ void twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
@@ -19,9 +20,11 @@ __global__ void twell_spmm_rows(const int* __restrict__ counts, const T* __restr
                                 const int* __restrict__ overflow_indices,
                                 const T* __restrict__ overflow_data, long long n_rows,
                                 long long n_cols, int tile_width, int slots,
-                                const T* __restrict__ b, long long n, T* __restrict__ out) {
+                                const T* __restrict__ b, long long n,
+                                const bool* __restrict__ gate, T* __restrict__ out) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
   using Acc = typename Value<T>::Acc;
+  if (!*gate) return;  // the tensor-core kernel computes this product
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -122,4 +125,228 @@ __global__ void twell_spmv(const int* __restrict__ counts, const T* __restrict__
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(kFullMask, acc, offset);
   if (lane == 0) y[row] = Value<T>::from_acc(acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core SpMM for 16-bit values (sm_80+): "entry lists" fed to mma.sync.
+//
+// A group is 16 consecutive rows of A. For each (group, tile), twell_group_records writes the
+// group's slot entries as 32-bit records, row by row:
+//     record = value bits << 16 | (row within the group) << 12 | column within the tile,
+// at rec_offset[group * n_tiles + tile] (an exclusive prefix sum of the group-tile sizes).
+// twell_spmm_mma then multiplies, per k-step of 16 records, the 16 x 16 matrix
+//     A_k[r][j] = value of record j if record j belongs to row r, else 0
+// by the 16 B rows the records name (gathered from the B tile in shared memory with
+// ldmatrix.trans), so a group-tile with L entries costs ceil(L / 16) k-steps instead of the
+// T / 16 of a dense product. Records past the list's end are treated as zero.
+//
+// Non-finite B would turn the zeros of A_k into NaN (0 * Inf) for rows that never touch that
+// B row, so the launcher gates this kernel on B being finite (`gate`) and runs
+// twell_spmm_rows otherwise.
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kGroupRows = 16;
+
+// One warp per (group, tile); lanes 0..15 each copy one row's slots. rec_offset must come
+// from the same counts. Grid: ceil(n_groups * n_tiles / warps per block).
+template <typename T>
+__global__ void twell_group_records(const int* __restrict__ counts, const T* __restrict__ data,
+                                    const unsigned short* __restrict__ indices, long long n_rows,
+                                    long long tiles, int slots,
+                                    const long long* __restrict__ rec_offset,
+                                    unsigned* __restrict__ records) {
+  static_assert(sizeof(T) == 2, "records hold 16-bit values");
+  const long long n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
+  const long long gt = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (gt >= n_groups * tiles) return;
+  const long long group = gt / tiles, tile = gt - group * tiles;
+  const long long row = group * kGroupRows + lane;
+  const bool mine = lane < kGroupRows && row < n_rows;
+  const int used = mine ? counts[row * tiles + tile] : 0;
+  const int before = warp_inclusive_scan(used, lane) - used;
+  if (!mine) return;
+  const long long src = (row * tiles + tile) * slots;
+  const long long dst = rec_offset[gt] + before;
+  for (int s = 0; s < used; ++s) {
+    const unsigned bits = __ldg(reinterpret_cast<const unsigned short*>(data) + src + s);
+    records[dst + s] = (bits << 16) | (static_cast<unsigned>(lane) << 12) | indices[src + s];
+  }
+}
+
+template <typename T> struct Mma;
+
+template <> struct Mma<__nv_bfloat16> {
+  __device__ static void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static unsigned pack2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+  }
+  __device__ static float2 unpack2(unsigned w) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+  }
+};
+
+template <> struct Mma<__half> {
+  __device__ static void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static unsigned pack2(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+  }
+  __device__ static float2 unpack2(unsigned w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+  }
+};
+
+// The 16-bit halves of A_k held by this lane for rows `row` of record pair (lo, hi).
+__device__ inline unsigned a_pair(unsigned lo, unsigned hi, unsigned row) {
+  const unsigned l = ((lo >> 12) & 15u) == row ? lo >> 16 : 0u;
+  const unsigned h = ((hi >> 12) & 15u) == row ? hi & 0xffff0000u : 0u;
+  return h | l;
+}
+
+__device__ inline unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Block: WARPS warps, each owning GROUPS consecutive groups (16 * GROUPS rows) and the block's
+// 64 output columns n0 .. n0 + 63. Per tile the block streams B[tile rows, n0 : n0 + 64] into
+// one of kStages shared-memory buffers with cp.async (zero-filled past K and N), three tiles
+// in flight; each 128-byte B row is stored with its 16-byte chunks XOR-swizzled by
+// (row & 7) so that ldmatrix reads of 8 consecutive rows spread over the banks.
+// The row's overflow entries are added in the epilogue from global B (CUDA cores).
+// Preconditions (launcher): N % 8 == 0, B 16-byte aligned, tile_width <= kMaxTile.
+// Grid: (ceil(N / 64), ceil(n_groups / (WARPS * GROUPS))). Dynamic shared memory:
+// kStages * tile_width * 128 bytes.
+constexpr int kStages = 3;
+constexpr int kBlockCols = 64;
+constexpr int kMaxTile = 256;
+
+template <typename T, int WARPS, int GROUPS>
+__global__ void __launch_bounds__(WARPS * kWarp)
+twell_spmm_mma(const unsigned* __restrict__ records, const long long* __restrict__ rec_offset,
+               const long long* __restrict__ overflow_indptr,
+               const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
+               long long n_rows, long long n_cols, int tile_width, const T* __restrict__ b,
+               long long n, const bool* __restrict__ gate, T* __restrict__ out) {
+  static_assert(sizeof(T) == 2, "16-bit values");
+  extern __shared__ uint4 stage_buffers[];  // kStages B tiles of tile_width x 64 values
+  if (!*gate) return;  // B is not finite: twell_spmm_rows computes this product
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const long long n0 = static_cast<long long>(blockIdx.x) * kBlockCols;
+  const long long group0 = (static_cast<long long>(blockIdx.y) * WARPS + warp) * GROUPS;
+  const int stage_chunks = tile_width * (kBlockCols / 8);  // 16-byte chunks per stage
+
+  auto load_tile = [&](long long tile) {
+    uint4* dst_base = stage_buffers + (tile % kStages) * stage_chunks;
+    for (int i = threadIdx.x; i < stage_chunks; i += WARPS * kWarp) {
+      const int r = i / 8, c = i % 8;
+      const long long k = tile * tile_width + r, col = n0 + c * 8;
+      const bool inside = r < tile_width && k < n_cols && col < n;
+      const T* src = inside ? b + k * n + col : b;
+      const unsigned dst = smem_address(dst_base + r * 8 + (c ^ (r & 7)));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                   :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
+    }
+  };
+
+  float acc[GROUPS][kBlockCols / 8][4];
+#pragma unroll
+  for (int g = 0; g < GROUPS; ++g)
+#pragma unroll
+    for (int j = 0; j < kBlockCols / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[g][j][i] = 0.0f;
+
+  // Lane roles in the MMA fragments: A rows quad and quad + 8, A columns 2 * pos (+1, +8, +9);
+  // ldmatrix row address for record k_ld of matrix lane / 8.
+  const unsigned quad = lane / 4, pos = lane % 4;
+  const int k_ld = ((lane >> 3) & 1) * 8 + (lane & 7);
+  const int chunk_hi = lane >> 4;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < tiles) load_tile(s);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  for (long long tile = 0; tile < tiles; ++tile) {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(kStages - 2));
+    __syncthreads();  // tile's buffer complete for all threads; the oldest buffer is free
+    if (tile + kStages - 1 < tiles) load_tile(tile + kStages - 1);
+    asm volatile("cp.async.commit_group;\n" ::);
+    const uint4* buf = stage_buffers + (tile % kStages) * stage_chunks;
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g) {
+      const long long group = group0 + g;
+      if (group >= n_groups) continue;
+      const long long gt = group * tiles + tile;
+      const long long off = rec_offset[gt];
+      const int len = static_cast<int>(rec_offset[gt + 1] - off);
+      for (int k0 = 0; k0 < len; k0 += 16) {
+        auto rec = [&](int k) { return k0 + k < len ? records[off + k0 + k] : 0u; };
+        const unsigned r0 = rec(2 * pos), r1 = rec(2 * pos + 1);
+        const unsigned r2 = rec(2 * pos + 8), r3 = rec(2 * pos + 9);
+        const unsigned a[4] = {a_pair(r0, r1, quad), a_pair(r0, r1, quad + 8),
+                               a_pair(r2, r3, quad), a_pair(r2, r3, quad + 8)};
+        const unsigned row = rec(k_ld) & 0xfffu;
+        const uint4* row_base = buf + row * 8;
+#pragma unroll
+        for (int nb = 0; nb < kBlockCols / 16; ++nb) {
+          const unsigned addr = smem_address(row_base + ((2 * nb + chunk_hi) ^ (row & 7)));
+          unsigned b0, b1, b2, b3;
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr));
+          Mma<T>::run(acc[g][2 * nb], a, b0, b1);
+          Mma<T>::run(acc[g][2 * nb + 1], a, b2, b3);
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::);
+
+  // Epilogue: overflow entries of this lane's rows, then the stores (two columns per lane and
+  // n8 block; N % 8 == 0 keeps every pair inside the matrix).
+#pragma unroll
+  for (int g = 0; g < GROUPS; ++g) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const long long row = (group0 + g) * kGroupRows + quad + 8 * half;
+      if (row >= n_rows) continue;
+      for (long long e = overflow_indptr[row]; e < overflow_indptr[row + 1]; ++e) {
+        const float v = Value<T>::to_acc(overflow_data[e]);
+        const T* brow = b + static_cast<long long>(overflow_indices[e]) * n;
+#pragma unroll
+        for (int j = 0; j < kBlockCols / 8; ++j) {
+          const long long col = n0 + j * 8 + 2 * pos;
+          if (col < n) {
+            const float2 w = Mma<T>::unpack2(*reinterpret_cast<const unsigned*>(brow + col));
+            acc[g][j][2 * half] += v * w.x;
+            acc[g][j][2 * half + 1] += v * w.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBlockCols / 8; ++j) {
+        const long long col = n0 + j * 8 + 2 * pos;
+        if (col < n) {
+          *reinterpret_cast<unsigned*>(out + row * n + col) =
+              Mma<T>::pack2(acc[g][j][2 * half], acc[g][j][2 * half + 1]);
+        }
+      }
+    }
+  }
 }

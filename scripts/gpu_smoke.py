@@ -71,5 +71,15 @@ for dtype, (m, k), t, s, density in itertools.product(
         tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
         check(f"spmm n={n} {case} err={err:.2e}", err <= tol and have.shape == want.shape)
 
+# Non-finite B: the tensor-core path must hand over to the row kernel (0 * Inf).
+for dtype in (np.float16, twell.bfloat16):
+    x = (rng.standard_normal((40, 600)) * (rng.random((40, 600)) < 0.05)).astype(dtype)
+    b = rng.standard_normal((600, 64)).astype(dtype)
+    b[5, 3] = np.inf
+    want = nb.spmm(nb.pack_dense(x, 256, 4), (40, 600), 256, b, np.dtype(dtype))
+    have = (twell.TwELLMatrix(cupy.asarray(x), slots=4) @ cupy.asarray(b)).get()
+    check(f"spmm inf {np.dtype(dtype).name}",
+          np.array_equal(np.isnan(want.astype(np.float64)), np.isnan(have.astype(np.float64))))
+
 print(f"gpu smoke: {failures} failures")
 sys.exit(1 if failures else 0)

@@ -219,8 +219,48 @@ def to_csr(parts, shape, tile_width):
 
 # -- SpMM -------------------------------------------------------------------
 
-def spmm(parts, shape, tile_width, b, out_dtype):
-    """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype."""
+#: Largest tile width of the tensor-core SpMM (its B tiles live in shared memory).
+_MMA_MAX_TILE = 256
+_MMA_STAGES, _MMA_COLS, _GROUP_ROWS = 3, 64, 16
+#: (warps per block, 16-row groups per warp) used by spmm; other instances exist for tuning.
+MMA_SHAPE = (16, 2)
+
+
+def _group_records(parts, shape, tile_width):
+    """Slot entries as per-(16-row group, tile) record lists, for twell_spmm_mma."""
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    groups = -(-m // _GROUP_ROWS)
+    counts = parts.counts
+    if groups * _GROUP_ROWS != m:
+        counts = cupy.concatenate(
+            [counts, cupy.zeros((groups * _GROUP_ROWS - m, nt), dtype=counts.dtype)])
+    sizes = counts.reshape(groups, _GROUP_ROWS, nt).sum(axis=1, dtype=np.int64)
+    rec_offset = exclusive_cumsum(sizes.reshape(-1))
+    # The slots bound the number of entries: no host sync to size the records.
+    records = cupy.empty(max(parts.data.size, 1), dtype=np.uint32)
+    if groups * nt:
+        kernel = _kernels.function("spmm.cu", _expr("twell_group_records", parts.data.dtype))
+        # One warp per (group, tile).
+        kernel(_blocks(groups * nt, _WARPS), (_BLOCK,), (
+            parts.counts, parts.data, parts.indices, _i64(m), _i64(nt),
+            _i32(parts.data.shape[2]), rec_offset, records))
+    return records, rec_offset, groups
+
+
+def _mma_applies(dtype, tile_width, b):
+    return (np.dtype(dtype) in _kernels.HALF_DTYPES and tile_width <= _MMA_MAX_TILE
+            and b.shape[1] % 8 == 0 and _aligned(b))
+
+
+def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
+    """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
+
+    16-bit values with ``tile_width <= 256`` and ``N % 8 == 0`` run on tensor cores
+    (``twell_spmm_mma``), unless ``b`` holds Inf or NaN: then, and for every other case,
+    ``twell_spmm_rows`` runs. The choice between the two is made on the device (both kernels
+    are launched, one of them returns at once), so there is no host synchronisation.
+    """
     m, k = shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -234,9 +274,32 @@ def spmm(parts, shape, tile_width, b, out_dtype):
         # One warp per row.
         kernel(_blocks(m, _WARPS), (_BLOCK,), (*common, b, out))
         return out
+    run_rows = cupy.ones((), dtype=bool)
+    if _mma_applies(out_dtype, tile_width, b):
+        finite = cupy.isfinite(b).all()
+        run_rows = ~finite
+        _spmm_mma(parts, shape, tile_width, b, finite, out, mma_shape or MMA_SHAPE)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
     kernel = _kernels.function("spmm.cu", _expr("twell_spmm_rows", out_dtype, vec))
     # One warp per (row, 32 * vec output columns).
     grid = (_blocks(m, _WARPS)[0], int(-(-n // (32 * vec))))
-    kernel(grid, (_BLOCK,), (*common, b, _i64(n), out))
+    kernel(grid, (_BLOCK,), (*common, b, _i64(n), run_rows, out))
     return out
+
+
+def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
+    m, k = shape
+    n = b.shape[1]
+    warps, groups_per_warp = mma_shape
+    records, rec_offset, groups = _group_records(parts, shape, tile_width)
+    ctype = _kernels.CTYPES[np.dtype(out.dtype)]
+    kernel = _kernels.function("spmm.cu", f"twell_spmm_mma<{ctype}, {warps}, {groups_per_warp}>")
+    smem = _MMA_STAGES * tile_width * _MMA_COLS * 2
+    kernel.max_dynamic_shared_size_bytes = smem
+    # Blocks: 64 output columns x (warps * groups_per_warp) 16-row groups; column blocks vary
+    # fastest so that blocks sharing rows run together and reuse the records in L2.
+    grid = (int(-(-n // _MMA_COLS)), int(-(-groups // (warps * groups_per_warp))))
+    kernel(grid, (warps * 32,), (
+        records, rec_offset, parts.overflow_indptr, parts.overflow_indices,
+        parts.overflow_data, _i64(m), _i64(k), _i32(tile_width), b, _i64(n), gate, out),
+        shared_mem=smem)

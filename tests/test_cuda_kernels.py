@@ -1,0 +1,107 @@
+"""The CUDA side: layout header vs Python, launch variants, determinism, no host copies."""
+
+import numpy as np
+import pytest
+
+import twell
+from twell import _algorithms, _kernels, _layout
+
+cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+if not twell.cuda_available():
+    pytest.skip("CuPy with a CUDA GPU is not available", allow_module_level=True)
+
+from twell import _cupy_backend  # noqa: E402
+
+
+def test_layout_header_agrees_with_python():
+    # Guards the rule that layout arithmetic lives once in Python and once in the header.
+    n_cols = np.array([0, 1, 255, 256, 257, 5632, 65536, 2**31 - 1], dtype=np.int64)
+    widths = np.array([1, 3, 256, 256, 256, 256, 65536, 7], dtype=np.int32)
+    tiles = cupy.zeros(n_cols.size, dtype=np.int64)
+    capacity = cupy.zeros(n_cols.size, dtype=np.int32)
+    kernel = _kernels.function("unpack.cu", "twell_layout_probe")
+    kernel((1,), (32,), (cupy.asarray(n_cols), cupy.asarray(widths), np.int32(n_cols.size),
+                         tiles, capacity))
+    expect = [_layout.n_tiles(int(k), int(t)) for k, t in zip(n_cols, widths, strict=True)]
+    assert tiles.get().tolist() == expect
+    assert capacity.get()[:3].tolist() == [_layout.packed_capacity(c) for c in (2, 4, 8)]
+
+
+def _activations(rng, m, k, density, dtype):
+    x = rng.standard_normal((m, k)) * (rng.random((m, k)) < density)
+    return cupy.asarray(x.astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, twell.bfloat16, np.float64],
+                         ids=lambda d: np.dtype(d).name)
+def test_vector_and_scalar_paths_agree(rng, dtype):
+    # A view starting one element in is not 16-byte aligned: the launchers must fall back
+    # to one value at a time and give the same matrix as the aligned copy.
+    x = _activations(rng, 33, 1025, 0.05, dtype)
+    aligned = cupy.ascontiguousarray(x[:, 1:])
+    shifted = cupy.empty((33 * 1024 + 1,), dtype=x.dtype)[1:].reshape(33, 1024)
+    shifted[...] = aligned
+    a = twell.TwELLMatrix(aligned, slots=4)
+    b = twell.TwELLMatrix(shifted, slots=4)
+    for f in ("counts", "data", "indices", "overflow_indptr", "overflow_indices"):
+        assert cupy.array_equal(getattr(a, f).view(np.uint8), getattr(b, f).view(np.uint8)), f
+    rhs = _activations(rng, 1024, 24, 1.0, dtype)
+    odd = cupy.empty((1024 * 24 + 1,), dtype=rhs.dtype)[1:].reshape(1024, 24)
+    odd[...] = rhs
+    assert cupy.array_equal((a @ rhs).view(np.uint8), (a @ odd).view(np.uint8))
+
+
+@pytest.mark.parametrize("slots", [1, 3, 64])
+def test_packing_and_spmm_are_bitwise_deterministic(rng, slots):
+    x = _activations(rng, 200, 777, 0.1, twell.bfloat16)
+    rhs = _activations(rng, 777, 130, 1.0, twell.bfloat16)
+    first = twell.TwELLMatrix(x, slots=slots)
+    y0 = first @ rhs
+    for _ in range(3):
+        again = twell.TwELLMatrix(x, slots=slots)
+        for f in _algorithms.Parts._fields:
+            assert cupy.array_equal(getattr(first, f).view(np.uint8),
+                                    getattr(again, f).view(np.uint8))
+        assert cupy.array_equal((again @ rhs).view(np.uint16), y0.view(np.uint16))
+
+
+def test_every_output_element_is_written(rng):
+    # to_dense allocates with cupy.empty: poison the pool's next block and check nothing leaks.
+    x = _activations(rng, 64, 700, 0.03, np.float32)
+    a = twell.TwELLMatrix(x, tile_width=100, slots=2)
+    poison = cupy.full(x.shape, np.nan, dtype=np.float32)
+    del poison  # freed into CuPy's pool: the next same-size allocation reuses it
+    assert cupy.array_equal(a.toarray(), x)
+    y = a @ cupy.ones((700, 40), dtype=np.float32)
+    assert not bool(cupy.isnan(y).any())
+
+
+def test_gpu_results_stay_on_the_gpu(rng):
+    x = _activations(rng, 20, 300, 0.1, np.float32)
+    a = twell.TwELLMatrix(x)
+    assert isinstance(a.counts, cupy.ndarray) and isinstance(a.toarray(), cupy.ndarray)
+    assert isinstance(a @ cupy.ones((300, 3), np.float32), cupy.ndarray)
+    assert isinstance(a @ cupy.ones(300, np.float32), cupy.ndarray)
+    with pytest.raises(TypeError, match="cannot mix NumPy"):
+        a @ np.ones((300, 3), np.float32)
+
+
+def test_kernels_run_on_the_current_stream(rng):
+    x = _activations(rng, 50, 600, 0.05, np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        a = twell.TwELLMatrix(x, slots=3)
+        y = a @ cupy.ones((600, 8), np.float32)
+    stream.synchronize()
+    want = x.astype(np.float64) @ cupy.ones((600, 8))
+    assert float(cupy.abs(y - want).max()) < 1e-4
+
+
+def test_spmm_launcher_handles_wide_and_one_column_right_hand_sides(rng):
+    x = _activations(rng, 40, 513, 0.2, np.float64)
+    a = twell.TwELLMatrix(x, slots=7)
+    for n in (1, 2, 255, 257, 1000):
+        b = _activations(rng, 513, n, 1.0, np.float64)
+        want = x @ b
+        got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, np.dtype(np.float64))
+        assert float(cupy.abs(got - want).max()) < 1e-10, n
