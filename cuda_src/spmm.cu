@@ -130,47 +130,62 @@ __global__ void twell_spmv(const int* __restrict__ counts, const T* __restrict__
 // ---------------------------------------------------------------------------------------------
 // Tensor-core SpMM for 16-bit values (sm_80+): "entry lists" fed to mma.sync.
 //
-// A group is 16 consecutive rows of A. For each (group, tile), twell_group_records writes the
-// group's slot entries as 32-bit records, row by row:
-//     record = value bits << 16 | (row within the group) << 12 | column within the tile,
-// at rec_offset[group * n_tiles + tile] (an exclusive prefix sum of the group-tile sizes).
-// twell_spmm_mma then multiplies, per k-step of 16 records, the 16 x 16 matrix
+// A group is 16 consecutive rows of A; a row block is GB groups (one block of twell_spmm_mma).
+// For each (row block, tile), twell_block_records writes one segment: a header
+//     header[0] = entries in the segment, header[1 + g] = first entry of group g (g <= GB)
+// and the records of the block's slot entries, group by group and row by row:
+//     record = value bits << 16 | (row within the group) << 12 | column within the tile.
+// Segments have a fixed capacity (16 * GB * slots records), so their places need no prefix sum.
+// twell_spmm_mma multiplies, per k-step of 16 records of a group, the 16 x 16 matrix
 //     A_k[r][j] = value of record j if record j belongs to row r, else 0
-// by the 16 B rows the records name (gathered from the B tile in shared memory with
-// ldmatrix.trans), so a group-tile with L entries costs ceil(L / 16) k-steps instead of the
-// T / 16 of a dense product. Records past the list's end are treated as zero.
+// by the 16 B rows the records name, gathered with ldmatrix.trans from the B tile in shared
+// memory: a group-tile with L entries costs ceil(L / 16) k-steps instead of T / 16.
 //
-// Non-finite B would turn the zeros of A_k into NaN (0 * Inf) for rows that never touch that
+// Non-finite B would turn the zeros of A_k into NaN (0 * Inf) in rows that never touch that
 // B row, so the launcher gates this kernel on B being finite (`gate`) and runs
 // twell_spmm_rows otherwise.
 // ---------------------------------------------------------------------------------------------
 
 constexpr int kGroupRows = 16;
 
-// One warp per (group, tile); lanes 0..15 each copy one row's slots. rec_offset must come
-// from the same counts. Grid: ceil(n_groups * n_tiles / warps per block).
-template <typename T>
-__global__ void twell_group_records(const int* __restrict__ counts, const T* __restrict__ data,
-                                    const unsigned short* __restrict__ indices, long long n_rows,
-                                    long long tiles, int slots,
-                                    const long long* __restrict__ rec_offset,
-                                    unsigned* __restrict__ records) {
+// Header words per segment: the count, GB + 1 group starts, padded to 16 bytes.
+__host__ __device__ constexpr int header_words(int groups) { return (groups + 2 + 3) / 4 * 4; }
+
+// One block of 16 * GB threads per (row block, tile); thread r copies row r's slots.
+// Grid: n_row_blocks * n_tiles.
+template <typename T, int GB>
+__global__ void __launch_bounds__(GB * kGroupRows)
+twell_block_records(const int* __restrict__ counts, const T* __restrict__ data,
+                    const unsigned short* __restrict__ indices, long long n_rows, long long tiles,
+                    int slots, int* __restrict__ headers, unsigned* __restrict__ records) {
   static_assert(sizeof(T) == 2, "records hold 16-bit values");
-  const long long n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
-  const long long gt = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (gt >= n_groups * tiles) return;
-  const long long group = gt / tiles, tile = gt - group * tiles;
-  const long long row = group * kGroupRows + lane;
-  const bool mine = lane < kGroupRows && row < n_rows;
-  const int used = mine ? counts[row * tiles + tile] : 0;
-  const int before = warp_inclusive_scan(used, lane) - used;
-  if (!mine) return;
+  constexpr int kThreads = GB * kGroupRows, kWarps = (kThreads + kWarp - 1) / kWarp;
+  __shared__ int warp_total[kWarps];  // per-warp entry totals, for the block-wide scan
+  const long long segment = blockIdx.x;
+  const long long block = segment / tiles, tile = segment - block * tiles;
+  const int r = threadIdx.x, lane = r % kWarp, warp = r / kWarp;
+  const long long row = block * kThreads + r;
+  const int used = row < n_rows ? counts[row * tiles + tile] : 0;
+  const int inclusive = warp_inclusive_scan(used, lane);
+  if (lane == kWarp - 1) warp_total[warp] = inclusive;
+  __syncthreads();
+  int before = inclusive - used, total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    before += w < warp ? warp_total[w] : 0;
+    total += warp_total[w];
+  }
+  int* header = headers + segment * header_words(GB);
+  if (r % kGroupRows == 0) header[1 + r / kGroupRows] = before;
+  if (r == 0) {
+    header[0] = total;
+    header[1 + GB] = total;
+  }
   const long long src = (row * tiles + tile) * slots;
-  const long long dst = rec_offset[gt] + before;
+  unsigned* dst = records + segment * (static_cast<long long>(kThreads) * slots) + before;
+  const unsigned owner = static_cast<unsigned>(r % kGroupRows) << 12;
+  const unsigned short* bits = reinterpret_cast<const unsigned short*>(data);
   for (int s = 0; s < used; ++s) {
-    const unsigned bits = __ldg(reinterpret_cast<const unsigned short*>(data) + src + s);
-    records[dst + s] = (bits << 16) | (static_cast<unsigned>(lane) << 12) | indices[src + s];
+    dst[s] = (static_cast<unsigned>(bits[src + s]) << 16) | owner | indices[src + s];
   }
 }
 
@@ -210,7 +225,7 @@ template <> struct Mma<__half> {
   }
 };
 
-// The 16-bit halves of A_k held by this lane for rows `row` of record pair (lo, hi).
+// This lane's two 16-bit entries of A_k in row `row`, from the records of columns lo, hi.
 __device__ inline unsigned a_pair(unsigned lo, unsigned hi, unsigned row) {
   const unsigned l = ((lo >> 12) & 15u) == row ? lo >> 16 : 0u;
   const unsigned h = ((hi >> 12) & 15u) == row ? hi & 0xffff0000u : 0u;
@@ -221,46 +236,61 @@ __device__ inline unsigned smem_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// Block: WARPS warps, each owning GROUPS consecutive groups (16 * GROUPS rows) and the block's
-// 64 output columns n0 .. n0 + 63. Per tile the block streams B[tile rows, n0 : n0 + 64] into
-// one of kStages shared-memory buffers with cp.async (zero-filled past K and N), three tiles
-// in flight; each 128-byte B row is stored with its 16-byte chunks XOR-swizzled by
-// (row & 7) so that ldmatrix reads of 8 consecutive rows spread over the banks.
-// The row's overflow entries are added in the epilogue from global B (CUDA cores).
-// Preconditions (launcher): N % 8 == 0, B 16-byte aligned, tile_width <= kMaxTile.
-// Grid: (ceil(N / 64), ceil(n_groups / (WARPS * GROUPS))). Dynamic shared memory:
-// kStages * tile_width * 128 bytes.
+__device__ inline void cp_async16(void* dst, const void* src, bool inside) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(smem_address(dst)), "l"(src), "r"(inside ? 16 : 0));
+}
+
+// Block: WARPS warps, each owning GROUPS consecutive groups (16 * GROUPS rows), all sharing the
+// block's 64 output columns n0 .. n0 + 63. Per tile the block streams, with cp.async into one
+// of kStages buffers (three tiles in flight): B[tile rows, n0 : n0 + 64] (zero-filled past K
+// and N; each 128-byte row's 16-byte chunks XOR-swizzled by (row & 7) so that ldmatrix reads
+// of rows spread over the banks), and the (row block, tile) segment of records.
+// The rows' overflow entries are added in the epilogue from global B (CUDA cores).
+// Preconditions (launcher): N % 8 == 0, B 16-byte aligned, tile_width <= 256.
+// Grid: (ceil(N / 64), n_row_blocks). Dynamic shared memory: kStages * stage_bytes().
 constexpr int kStages = 3;
 constexpr int kBlockCols = 64;
-constexpr int kMaxTile = 256;
 
 template <typename T, int WARPS, int GROUPS>
 __global__ void __launch_bounds__(WARPS * kWarp)
-twell_spmm_mma(const unsigned* __restrict__ records, const long long* __restrict__ rec_offset,
+twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ records,
                const long long* __restrict__ overflow_indptr,
                const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
-               long long n_rows, long long n_cols, int tile_width, const T* __restrict__ b,
-               long long n, const bool* __restrict__ gate, T* __restrict__ out) {
+               long long n_rows, long long n_cols, int tile_width, int slots,
+               const T* __restrict__ b, long long n, const bool* __restrict__ gate,
+               T* __restrict__ out) {
   static_assert(sizeof(T) == 2, "16-bit values");
-  extern __shared__ uint4 stage_buffers[];  // kStages B tiles of tile_width x 64 values
+  constexpr int GB = WARPS * GROUPS, kHeader = header_words(GB);
+  // Shared memory, per stage: the B tile (tile_width x 64 values), the segment header, the
+  // segment's records (capacity 16 * GB * slots).
+  extern __shared__ uint4 smem[];
   if (!*gate) return;  // B is not finite: twell_spmm_rows computes this product
   const long long tiles = n_tiles(n_cols, tile_width);
-  const long long n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const long long n0 = static_cast<long long>(blockIdx.x) * kBlockCols;
-  const long long group0 = (static_cast<long long>(blockIdx.y) * WARPS + warp) * GROUPS;
-  const int stage_chunks = tile_width * (kBlockCols / 8);  // 16-byte chunks per stage
+  const long long block = blockIdx.y;
+  const int b_chunks = tile_width * (kBlockCols / 8);
+  const int capacity = GB * kGroupRows * slots;  // records per segment, a multiple of 4
+  const int stage_chunks = b_chunks + kHeader / 4 + capacity / 4;
 
   auto load_tile = [&](long long tile) {
-    uint4* dst_base = stage_buffers + (tile % kStages) * stage_chunks;
-    for (int i = threadIdx.x; i < stage_chunks; i += WARPS * kWarp) {
+    uint4* stage = smem + (tile % kStages) * stage_chunks;
+    for (int i = threadIdx.x; i < b_chunks; i += WARPS * kWarp) {
       const int r = i / 8, c = i % 8;
       const long long k = tile * tile_width + r, col = n0 + c * 8;
-      const bool inside = r < tile_width && k < n_cols && col < n;
-      const T* src = inside ? b + k * n + col : b;
-      const unsigned dst = smem_address(dst_base + r * 8 + (c ^ (r & 7)));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                   :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
+      const bool inside = k < n_cols && col < n;
+      cp_async16(stage + r * 8 + (c ^ (r & 7)), inside ? b + k * n + col : b, inside);
+    }
+    const long long segment = block * tiles + tile;
+    const int* header = headers + segment * kHeader;
+    const int rec_chunks = (header[0] + 3) / 4;
+    const uint4* src = reinterpret_cast<const uint4*>(records + segment * capacity);
+    for (int i = threadIdx.x; i < kHeader / 4 + rec_chunks; i += WARPS * kWarp) {
+      const void* from = i < kHeader / 4 ? reinterpret_cast<const void*>(
+                                               reinterpret_cast<const uint4*>(header) + i)
+                                         : reinterpret_cast<const void*>(src + i - kHeader / 4);
+      cp_async16(stage + b_chunks + i, from, true);
     }
   };
 
@@ -273,7 +303,7 @@ twell_spmm_mma(const unsigned* __restrict__ records, const long long* __restrict
       for (int i = 0; i < 4; ++i) acc[g][j][i] = 0.0f;
 
   // Lane roles in the MMA fragments: A rows quad and quad + 8, A columns 2 * pos (+1, +8, +9);
-  // ldmatrix row address for record k_ld of matrix lane / 8.
+  // ldmatrix: this lane gives the address of record k_ld's B row for matrix lane / 8.
   const unsigned quad = lane / 4, pos = lane % 4;
   const int k_ld = ((lane >> 3) & 1) * 8 + (lane & 7);
   const int chunk_hi = lane >> 4;
@@ -285,25 +315,25 @@ twell_spmm_mma(const unsigned* __restrict__ records, const long long* __restrict
   }
   for (long long tile = 0; tile < tiles; ++tile) {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(kStages - 2));
-    __syncthreads();  // tile's buffer complete for all threads; the oldest buffer is free
+    __syncthreads();  // this tile's buffer is complete; the oldest buffer is free again
     if (tile + kStages - 1 < tiles) load_tile(tile + kStages - 1);
     asm volatile("cp.async.commit_group;\n" ::);
-    const uint4* buf = stage_buffers + (tile % kStages) * stage_chunks;
+    const uint4* stage = smem + (tile % kStages) * stage_chunks;
+    const int* header = reinterpret_cast<const int*>(stage + b_chunks);
+    const unsigned* recs = reinterpret_cast<const unsigned*>(header + kHeader);
 #pragma unroll
     for (int g = 0; g < GROUPS; ++g) {
-      const long long group = group0 + g;
-      if (group >= n_groups) continue;
-      const long long gt = group * tiles + tile;
-      const long long off = rec_offset[gt];
-      const int len = static_cast<int>(rec_offset[gt + 1] - off);
+      const int first = header[1 + warp * GROUPS + g];
+      const int len = header[2 + warp * GROUPS + g] - first;
+      const unsigned* grp = recs + first;
       for (int k0 = 0; k0 < len; k0 += 16) {
-        auto rec = [&](int k) { return k0 + k < len ? records[off + k0 + k] : 0u; };
+        auto rec = [&](int k) { return k0 + k < len ? grp[k0 + k] : 0u; };
         const unsigned r0 = rec(2 * pos), r1 = rec(2 * pos + 1);
         const unsigned r2 = rec(2 * pos + 8), r3 = rec(2 * pos + 9);
         const unsigned a[4] = {a_pair(r0, r1, quad), a_pair(r0, r1, quad + 8),
                                a_pair(r2, r3, quad), a_pair(r2, r3, quad + 8)};
         const unsigned row = rec(k_ld) & 0xfffu;
-        const uint4* row_base = buf + row * 8;
+        const uint4* row_base = stage + row * 8;
 #pragma unroll
         for (int nb = 0; nb < kBlockCols / 16; ++nb) {
           const unsigned addr = smem_address(row_base + ((2 * nb + chunk_hi) ^ (row & 7)));
@@ -324,7 +354,7 @@ twell_spmm_mma(const unsigned* __restrict__ records, const long long* __restrict
   for (int g = 0; g < GROUPS; ++g) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const long long row = (group0 + g) * kGroupRows + quad + 8 * half;
+      const long long row = (block * GB + warp * GROUPS + g) * kGroupRows + quad + 8 * half;
       if (row >= n_rows) continue;
       for (long long e = overflow_indptr[row]; e < overflow_indptr[row + 1]; ++e) {
         const float v = Value<T>::to_acc(overflow_data[e]);

@@ -222,35 +222,54 @@ def to_csr(parts, shape, tile_width):
 #: Largest tile width of the tensor-core SpMM (its B tiles live in shared memory).
 _MMA_MAX_TILE = 256
 _MMA_STAGES, _MMA_COLS, _GROUP_ROWS = 3, 64, 16
-#: (warps per block, 16-row groups per warp) used by spmm; other instances exist for tuning.
-MMA_SHAPE = (16, 2)
 
 
-def _group_records(parts, shape, tile_width):
-    """Slot entries as per-(16-row group, tile) record lists, for twell_spmm_mma."""
+def _header_words(groups_per_block):
+    return (groups_per_block + 2 + 3) // 4 * 4
+
+
+def _mma_smem(tile_width, slots, groups_per_block):
+    """Dynamic shared memory of twell_spmm_mma: per stage, B tile + header + records."""
+    return _MMA_STAGES * (tile_width * _MMA_COLS * 2 + 4 * _header_words(groups_per_block)
+                          + 4 * _GROUP_ROWS * groups_per_block * slots)
+
+
+def _block_records(parts, shape, tile_width, groups_per_block):
+    """Slot entries as (row block, tile) record segments, for twell_spmm_mma."""
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
-    groups = -(-m // _GROUP_ROWS)
-    counts = parts.counts
-    if groups * _GROUP_ROWS != m:
-        counts = cupy.concatenate(
-            [counts, cupy.zeros((groups * _GROUP_ROWS - m, nt), dtype=counts.dtype)])
-    sizes = counts.reshape(groups, _GROUP_ROWS, nt).sum(axis=1, dtype=np.int64)
-    rec_offset = exclusive_cumsum(sizes.reshape(-1))
-    # The slots bound the number of entries: no host sync to size the records.
-    records = cupy.empty(max(parts.data.size, 1), dtype=np.uint32)
-    if groups * nt:
-        kernel = _kernels.function("spmm.cu", _expr("twell_group_records", parts.data.dtype))
-        # One warp per (group, tile).
-        kernel(_blocks(groups * nt, _WARPS), (_BLOCK,), (
-            parts.counts, parts.data, parts.indices, _i64(m), _i64(nt),
-            _i32(parts.data.shape[2]), rec_offset, records))
-    return records, rec_offset, groups
+    slots = parts.data.shape[2]
+    rows_per_block = _GROUP_ROWS * groups_per_block
+    blocks = -(-m // rows_per_block)
+    headers = cupy.empty(max(blocks * nt, 1) * _header_words(groups_per_block), dtype=np.int32)
+    records = cupy.empty(max(blocks * nt * rows_per_block * slots, 4), dtype=np.uint32)
+    if blocks * nt:
+        kernel = _kernels.function("spmm.cu", _expr_n("twell_block_records", parts.data.dtype,
+                                                       groups_per_block))
+        # One block of 16 * groups_per_block threads (one per row) per (row block, tile).
+        kernel((blocks * nt,), (rows_per_block,), (
+            parts.counts, parts.data, parts.indices, _i64(m), _i64(nt), _i32(slots), headers,
+            records))
+    return headers, records, blocks
 
 
-def _mma_applies(dtype, tile_width, b):
-    return (np.dtype(dtype) in _kernels.HALF_DTYPES and tile_width <= _MMA_MAX_TILE
-            and b.shape[1] % 8 == 0 and _aligned(b))
+def _expr_n(kernel, dtype, *numbers):
+    return f"{kernel}<{_kernels.CTYPES[np.dtype(dtype)]}, {', '.join(map(str, numbers))}>"
+
+
+#: Shared memory a block may use (H100/H200/A100 allow 227 KB; keep a margin).
+_MMA_SMEM_LIMIT = 200 * 1024
+
+
+def _mma_shape(dtype, tile_width, slots, b, requested=None):
+    """The (warps, groups per warp) of the tensor-core SpMM for this problem, or None."""
+    if not (np.dtype(dtype) in _kernels.HALF_DTYPES and tile_width <= _MMA_MAX_TILE
+            and b.shape[1] % 8 == 0 and _aligned(b)):
+        return None
+    for shape in ([requested] if requested else _kernels.MMA_SHAPES):
+        if _mma_smem(tile_width, slots, shape[0] * shape[1]) <= _MMA_SMEM_LIMIT:
+            return shape
+    return None
 
 
 def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
@@ -275,10 +294,11 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
         kernel(_blocks(m, _WARPS), (_BLOCK,), (*common, b, out))
         return out
     run_rows = cupy.ones((), dtype=bool)
-    if _mma_applies(out_dtype, tile_width, b):
+    mma_shape = _mma_shape(out_dtype, tile_width, parts.data.shape[2], b, mma_shape)
+    if mma_shape is not None:
         finite = cupy.isfinite(b).all()
         run_rows = ~finite
-        _spmm_mma(parts, shape, tile_width, b, finite, out, mma_shape or MMA_SHAPE)
+        _spmm_mma(parts, shape, tile_width, b, finite, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
     kernel = _kernels.function("spmm.cu", _expr("twell_spmm_rows", out_dtype, vec))
     # One warp per (row, 32 * vec output columns).
@@ -291,15 +311,16 @@ def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
     m, k = shape
     n = b.shape[1]
     warps, groups_per_warp = mma_shape
-    records, rec_offset, groups = _group_records(parts, shape, tile_width)
-    ctype = _kernels.CTYPES[np.dtype(out.dtype)]
-    kernel = _kernels.function("spmm.cu", f"twell_spmm_mma<{ctype}, {warps}, {groups_per_warp}>")
-    smem = _MMA_STAGES * tile_width * _MMA_COLS * 2
+    groups_per_block = warps * groups_per_warp
+    headers, records, blocks = _block_records(parts, shape, tile_width, groups_per_block)
+    kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_mma", out.dtype, warps,
+                                                   groups_per_warp))
+    smem = _mma_smem(tile_width, parts.data.shape[2], groups_per_block)
     kernel.max_dynamic_shared_size_bytes = smem
-    # Blocks: 64 output columns x (warps * groups_per_warp) 16-row groups; column blocks vary
-    # fastest so that blocks sharing rows run together and reuse the records in L2.
-    grid = (int(-(-n // _MMA_COLS)), int(-(-groups // (warps * groups_per_warp))))
+    # Blocks: 64 output columns x one row block; column blocks vary fastest so that the blocks
+    # sharing a row block run together and reuse its records from L2.
+    grid = (int(-(-n // _MMA_COLS)), blocks)
     kernel(grid, (warps * 32,), (
-        records, rec_offset, parts.overflow_indptr, parts.overflow_indices,
-        parts.overflow_data, _i64(m), _i64(k), _i32(tile_width), b, _i64(n), gate, out),
+        headers, records, parts.overflow_indptr, parts.overflow_indices, parts.overflow_data,
+        _i64(m), _i64(k), _i32(tile_width), _i32(parts.data.shape[2]), b, _i64(n), gate, out),
         shared_mem=smem)

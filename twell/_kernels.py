@@ -44,7 +44,7 @@ def _typed(kernel):
 HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 
 #: (warps per block, 16-row groups per warp) of the tensor-core SpMM instances.
-MMA_SHAPES = ((8, 2), (16, 2), (8, 1))
+MMA_SHAPES = ((16, 2), (8, 2), (8, 1))
 
 #: Every kernel instantiation, by source file.
 INSTANCES = {
@@ -52,7 +52,8 @@ INSTANCES = {
     "unpack.cu": (_vectored("twell_unpack_dense") + _typed("twell_scatter_csr")
                   + _typed("twell_slots_to_csr") + ["twell_layout_probe"]),
     "spmm.cu": (_vectored("twell_spmm_rows") + _typed("twell_spmv")
-                + [f"twell_group_records<{CTYPES[d]}>" for d in HALF_DTYPES]
+                + [f"twell_block_records<{CTYPES[d]}, {w * g}>" for d in HALF_DTYPES
+                   for w, g in MMA_SHAPES]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}>" for d in HALF_DTYPES
                    for w, g in MMA_SHAPES]),
 }
