@@ -135,7 +135,8 @@ __global__ void twell_spmv(const int* __restrict__ counts, const T* __restrict__
 //     header[0] = entries in the segment, header[1 + g] = first entry of group g (g <= GB)
 // and the records of the block's slot entries, group by group and row by row:
 //     record = value bits << 16 | (row within the group) << 12 | column within the tile.
-// Segments have a fixed capacity (16 * GB * slots records), so their places need no prefix sum.
+// Segments have a fixed capacity (16 * GB * (slots + 1) records: room for padding), so their
+// places need no prefix sum.
 // twell_spmm_mma multiplies, per k-step of 16 records of a group, the 16 x 16 matrix
 //     A_k[r][j] = value of record j if record j belongs to row r, else 0
 // by the 16 B rows the records name, gathered with ldmatrix.trans from the B tile in shared
@@ -151,41 +152,114 @@ constexpr int kGroupRows = 16;
 // Header words per segment: the count, GB + 1 group starts, padded to 16 bytes.
 __host__ __device__ constexpr int header_words(int groups) { return (groups + 2 + 3) / 4 * 4; }
 
-// One block of 16 * GB threads per (row block, tile); thread r copies row r's slots.
-// Grid: n_row_blocks * n_tiles.
+// Records a segment can hold: every group's entries padded to a multiple of 16.
+__host__ __device__ constexpr long long segment_capacity(int groups, int slots) {
+  return static_cast<long long>(groups) * kGroupRows * (slots + 1);
+}
+
+// One block of 16 * GB threads per (row block, tile). Thread r scans row r's count; the warps
+// copy the rows' slots into shared memory (lanes over slots: coalesced reads); then one warp
+// per group writes the group's records in a bank-friendly order:
+//   ldmatrix reads the B rows of 8 consecutive records at once, and rows with equal
+//   (column & 7) share banks. Records are sorted by (column & 7) (stable) and sorted record i
+//   goes to position (i % n8) * 8 + i / n8, n8 = padded length / 8, so that each group of 8
+//   positions receives records of distinct residues whenever no residue holds more than n8.
+// Padding records (value 0) fill each group to a multiple of 16.
+// Dynamic shared memory: 16 * GB * slots records. Grid: n_row_blocks * n_tiles.
 template <typename T, int GB>
 __global__ void __launch_bounds__(GB * kGroupRows)
 twell_block_records(const int* __restrict__ counts, const T* __restrict__ data,
                     const unsigned short* __restrict__ indices, long long n_rows, long long tiles,
-                    int slots, int* __restrict__ headers, unsigned* __restrict__ records) {
+                    int tile_width, int slots, int* __restrict__ headers,
+                    unsigned* __restrict__ records) {
   static_assert(sizeof(T) == 2, "records hold 16-bit values");
-  constexpr int kThreads = GB * kGroupRows, kWarps = (kThreads + kWarp - 1) / kWarp;
-  __shared__ int warp_total[kWarps];  // per-warp entry totals, for the block-wide scan
+  static_assert(GB % 2 == 0 && GB <= kWarp, "two groups per warp, one warp scans the groups");
+  constexpr int kThreads = GB * kGroupRows, kWarps = kThreads / kWarp;
+  extern __shared__ unsigned staged[];           // the segment's records in row order
+  __shared__ int row_start[kThreads];            // each row's first record in `staged`
+  __shared__ int group_start[GB + 1], group_len[GB];  // unpadded starts and lengths; padded starts
+  __shared__ int padded_start[GB + 1];
   const long long segment = blockIdx.x;
   const long long block = segment / tiles, tile = segment - block * tiles;
   const int r = threadIdx.x, lane = r % kWarp, warp = r / kWarp;
   const long long row = block * kThreads + r;
   const int used = row < n_rows ? counts[row * tiles + tile] : 0;
-  const int inclusive = warp_inclusive_scan(used, lane);
-  if (lane == kWarp - 1) warp_total[warp] = inclusive;
+
+  // Prefix sums: within each group (half-warp), then over the groups (one warp).
+  int within = used;
+#pragma unroll
+  for (int offset = 1; offset < kGroupRows; offset <<= 1) {
+    const int y = __shfl_up_sync(kFullMask, within, offset, kGroupRows);
+    if (r % kGroupRows >= offset) within += y;
+  }
+  if (r % kGroupRows == kGroupRows - 1) group_len[r / kGroupRows] = within;
   __syncthreads();
-  int before = inclusive - used, total = 0;
-  for (int w = 0; w < kWarps; ++w) {
-    before += w < warp ? warp_total[w] : 0;
-    total += warp_total[w];
+  if (warp == 0) {
+    const int len = lane < GB ? group_len[lane] : 0;
+    const int pad = (len + 15) & ~15;
+    const int inc = warp_inclusive_scan(len, lane), inc_pad = warp_inclusive_scan(pad, lane);
+    if (lane < GB) {
+      group_start[lane] = inc - len;
+      padded_start[lane] = inc_pad - pad;
+    }
+    if (lane == GB - 1) {
+      group_start[GB] = inc;
+      padded_start[GB] = inc_pad;
+    }
   }
+  __syncthreads();
+  row_start[r] = group_start[r / kGroupRows] + within - used;
   int* header = headers + segment * header_words(GB);
-  if (r % kGroupRows == 0) header[1 + r / kGroupRows] = before;
-  if (r == 0) {
-    header[0] = total;
-    header[1 + GB] = total;
-  }
-  const long long src = (row * tiles + tile) * slots;
-  unsigned* dst = records + segment * (static_cast<long long>(kThreads) * slots) + before;
-  const unsigned owner = static_cast<unsigned>(r % kGroupRows) << 12;
+  if (r <= GB) header[1 + r] = padded_start[r];
+  if (r == 0) header[0] = padded_start[GB];
+  __syncthreads();
+
   const unsigned short* bits = reinterpret_cast<const unsigned short*>(data);
-  for (int s = 0; s < used; ++s) {
-    dst[s] = (static_cast<unsigned>(bits[src + s]) << 16) | owner | indices[src + s];
+  for (int rr = warp; rr < kThreads; rr += kWarps) {
+    const long long src = ((block * kThreads + rr) * tiles + tile) * slots;
+    const int n_used = (rr + 1 < kThreads ? row_start[rr + 1]
+                                          : group_start[GB]) - row_start[rr];
+    const unsigned owner = static_cast<unsigned>(rr % kGroupRows) << 12;
+    for (int s = lane; s < n_used; s += kWarp) {
+      staged[row_start[rr] + s] =
+          (static_cast<unsigned>(bits[src + s]) << 16) | owner | indices[src + s];
+    }
+  }
+  __syncthreads();
+
+  unsigned* seg = records + segment * segment_capacity(GB, slots);
+  const unsigned lower = (1u << lane) - 1u;
+  for (int g = warp; g < GB; g += kWarps) {
+    const int len = group_len[g], n8 = (padded_start[g + 1] - padded_start[g]) / 8;
+    const unsigned* in = staged + group_start[g];
+    unsigned* out = seg + padded_start[g];
+    int count = 0;  // lane q < 8: records of residue q
+    for (int c0 = 0; c0 < len; c0 += kWarp) {
+      const int q = c0 + lane < len ? static_cast<int>(in[c0 + lane] & 7u) : 8;
+#pragma unroll
+      for (int qq = 0; qq < 8; ++qq) {
+        const int n = __popc(__ballot_sync(kFullMask, q == qq));
+        if (lane == qq) count += n;
+      }
+    }
+    int next = warp_inclusive_scan(count, lane) - count;  // lane q: next sorted index
+    for (int c0 = 0; c0 < len; c0 += kWarp) {
+      const bool live = c0 + lane < len;
+      const unsigned rec = live ? in[c0 + lane] : 0u;
+      const int q = live ? static_cast<int>(rec & 7u) : 8;
+      int sorted = 0;
+#pragma unroll
+      for (int qq = 0; qq < 8; ++qq) {
+        const unsigned m = __ballot_sync(kFullMask, q == qq);
+        const int base = __shfl_sync(kFullMask, next, qq);
+        if (q == qq) sorted = base + __popc(m & lower);
+        if (lane == qq) next += __popc(m);
+      }
+      if (live) out[(sorted % n8) * 8 + sorted / n8] = rec;
+    }
+    for (int i = len + lane; i < 8 * n8; i += kWarp) {
+      out[(i % n8) * 8 + i / n8] = static_cast<unsigned>((i / n8) % tile_width);
+    }
   }
 }
 
@@ -193,7 +267,7 @@ template <typename T> struct Mma;
 
 template <> struct Mma<__nv_bfloat16> {
   __device__ static void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
+    asm(  // pure: the compiler may schedule it freely among the ldmatrix loads
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -210,7 +284,7 @@ template <> struct Mma<__nv_bfloat16> {
 
 template <> struct Mma<__half> {
   __device__ static void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
+    asm(  // pure: the compiler may schedule it freely among the ldmatrix loads
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -238,21 +312,20 @@ __device__ inline unsigned smem_address(const void* p) {
 
 __device__ inline void cp_async16(void* dst, const void* src, bool inside) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(smem_address(dst)), "l"(src), "r"(inside ? 16 : 0));
+               :: "r"(smem_address(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
 }
 
 // Block: WARPS warps, each owning GROUPS consecutive groups (16 * GROUPS rows), all sharing the
 // block's 64 output columns n0 .. n0 + 63. Per tile the block streams, with cp.async into one
-// of kStages buffers (three tiles in flight): B[tile rows, n0 : n0 + 64] (zero-filled past K
+// of STAGES buffers (STAGES - 1 tiles in flight): B[tile rows, n0 : n0 + 64] (zero-filled past K
 // and N; each 128-byte row's 16-byte chunks XOR-swizzled by (row & 7) so that ldmatrix reads
 // of rows spread over the banks), and the (row block, tile) segment of records.
 // The rows' overflow entries are added in the epilogue from global B (CUDA cores).
 // Preconditions (launcher): N % 8 == 0, B 16-byte aligned, tile_width <= 256.
-// Grid: (ceil(N / 64), n_row_blocks). Dynamic shared memory: kStages * stage_bytes().
-constexpr int kStages = 3;
+// Grid: (ceil(N / 64), n_row_blocks). Dynamic shared memory: STAGES * stage size.
 constexpr int kBlockCols = 64;
 
-template <typename T, int WARPS, int GROUPS>
+template <typename T, int WARPS, int GROUPS, int STAGES>
 __global__ void __launch_bounds__(WARPS * kWarp)
 twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ records,
                const long long* __restrict__ overflow_indptr,
@@ -271,11 +344,16 @@ twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ rec
   const long long n0 = static_cast<long long>(blockIdx.x) * kBlockCols;
   const long long block = blockIdx.y;
   const int b_chunks = tile_width * (kBlockCols / 8);
-  const int capacity = GB * kGroupRows * slots;  // records per segment, a multiple of 4
-  const int stage_chunks = b_chunks + kHeader / 4 + capacity / 4;
+  const long long capacity = segment_capacity(GB, slots);  // a multiple of 16 records
+  const int stage_chunks = b_chunks + kHeader / 4 + static_cast<int>(capacity / 4);
 
-  auto load_tile = [&](long long tile) {
-    uint4* stage = smem + (tile % kStages) * stage_chunks;
+  // Entries in a segment, read one pipeline step ahead so that the global load's latency is
+  // hidden behind a tile of work instead of stalling the issue of the next copies.
+  auto segment_len = [&](long long tile) {
+    return tile < tiles ? headers[(block * tiles + tile) * kHeader] : 0;
+  };
+  auto load_tile = [&](long long tile, int len) {
+    uint4* stage = smem + (tile % STAGES) * stage_chunks;
     for (int i = threadIdx.x; i < b_chunks; i += WARPS * kWarp) {
       const int r = i / 8, c = i % 8;
       const long long k = tile * tile_width + r, col = n0 + c * 8;
@@ -284,7 +362,7 @@ twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ rec
     }
     const long long segment = block * tiles + tile;
     const int* header = headers + segment * kHeader;
-    const int rec_chunks = (header[0] + 3) / 4;
+    const int rec_chunks = (len + 3) / 4;
     const uint4* src = reinterpret_cast<const uint4*>(records + segment * capacity);
     for (int i = threadIdx.x; i < kHeader / 4 + rec_chunks; i += WARPS * kWarp) {
       const void* from = i < kHeader / 4 ? reinterpret_cast<const void*>(
@@ -309,44 +387,58 @@ twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ rec
   const int chunk_hi = lane >> 4;
 
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles) load_tile(s);
-    asm volatile("cp.async.commit_group;\n" ::);
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < tiles) load_tile(s, segment_len(s));
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
+  int next_len = segment_len(STAGES - 1);
   for (long long tile = 0; tile < tiles; ++tile) {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(kStages - 2));
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
     __syncthreads();  // this tile's buffer is complete; the oldest buffer is free again
-    if (tile + kStages - 1 < tiles) load_tile(tile + kStages - 1);
-    asm volatile("cp.async.commit_group;\n" ::);
-    const uint4* stage = smem + (tile % kStages) * stage_chunks;
+    if (tile + STAGES - 1 < tiles) load_tile(tile + STAGES - 1, next_len);
+    next_len = segment_len(tile + STAGES);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    const uint4* stage = smem + (tile % STAGES) * stage_chunks;
     const int* header = reinterpret_cast<const int*>(stage + b_chunks);
     const unsigned* recs = reinterpret_cast<const unsigned*>(header + kHeader);
+    // The warp's groups advance together, k-step by k-step, so that their independent
+    // load -> ldmatrix -> mma chains overlap.
+    int first[GROUPS], len[GROUPS], longest = 0;
 #pragma unroll
     for (int g = 0; g < GROUPS; ++g) {
-      const int first = header[1 + warp * GROUPS + g];
-      const int len = header[2 + warp * GROUPS + g] - first;
-      const unsigned* grp = recs + first;
-      for (int k0 = 0; k0 < len; k0 += 16) {
-        auto rec = [&](int k) { return k0 + k < len ? grp[k0 + k] : 0u; };
+      first[g] = header[1 + warp * GROUPS + g];
+      len[g] = header[2 + warp * GROUPS + g] - first[g];
+      longest = max(longest, len[g]);
+    }
+    for (int k0 = 0; k0 < longest; k0 += 16) {
+      unsigned a[GROUPS][4], row[GROUPS];
+#pragma unroll
+      for (int g = 0; g < GROUPS; ++g) {
+        auto rec = [&](int k) { return k0 + k < len[g] ? recs[first[g] + k0 + k] : 0u; };
         const unsigned r0 = rec(2 * pos), r1 = rec(2 * pos + 1);
         const unsigned r2 = rec(2 * pos + 8), r3 = rec(2 * pos + 9);
-        const unsigned a[4] = {a_pair(r0, r1, quad), a_pair(r0, r1, quad + 8),
-                               a_pair(r2, r3, quad), a_pair(r2, r3, quad + 8)};
-        const unsigned row = rec(k_ld) & 0xfffu;
-        const uint4* row_base = stage + row * 8;
+        a[g][0] = a_pair(r0, r1, quad);
+        a[g][1] = a_pair(r0, r1, quad + 8);
+        a[g][2] = a_pair(r2, r3, quad);
+        a[g][3] = a_pair(r2, r3, quad + 8);
+        row[g] = rec(k_ld) & 0xfffu;
+      }
 #pragma unroll
-        for (int nb = 0; nb < kBlockCols / 16; ++nb) {
-          const unsigned addr = smem_address(row_base + ((2 * nb + chunk_hi) ^ (row & 7)));
+      for (int nb = 0; nb < kBlockCols / 16; ++nb) {
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) {
+          const unsigned addr =
+              smem_address(stage + row[g] * 8 + ((2 * nb + chunk_hi) ^ (row[g] & 7)));
           unsigned b0, b1, b2, b3;
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                       : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr));
-          Mma<T>::run(acc[g][2 * nb], a, b0, b1);
-          Mma<T>::run(acc[g][2 * nb + 1], a, b2, b3);
+          asm("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+              : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr) : "memory");
+          Mma<T>::run(acc[g][2 * nb], a[g], b0, b1);
+          Mma<T>::run(acc[g][2 * nb + 1], a[g], b2, b3);
         }
       }
     }
   }
-  asm volatile("cp.async.wait_group 0;\n" ::);
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
   // Epilogue: overflow entries of this lane's rows, then the stores (two columns per lane and
   // n8 block; N % 8 == 0 keeps every pair inside the matrix).

@@ -58,9 +58,13 @@ template <> struct Value<__nv_bfloat16> {
   __device__ static __nv_bfloat16 zero() { return __float2bfloat16_rn(0.0f); }
 };
 
-// Any value != 0 is a non-zero: NaN and Inf included, -0.0 excluded (as in NumPy).
-template <typename T> __device__ inline bool is_nonzero(T v) {
-  return Value<T>::to_acc(v) != typename Value<T>::Acc(0);
+// Any value != 0 is a non-zero: NaN, Inf and subnormals included, -0.0 excluded (as in
+// NumPy). Decided on the bits: a float comparison may flush subnormals to zero.
+__device__ inline bool is_nonzero(double v) { return (__double_as_longlong(v) << 1) != 0; }
+__device__ inline bool is_nonzero(float v) { return (__float_as_uint(v) << 1) != 0u; }
+__device__ inline bool is_nonzero(__half v) { return (__half_as_ushort(v) & 0x7fffu) != 0u; }
+__device__ inline bool is_nonzero(__nv_bfloat16 v) {
+  return (__bfloat16_as_ushort(v) & 0x7fffu) != 0u;
 }
 
 // VEC consecutive values; VEC * sizeof(T) is 16 bytes or VEC == 1.

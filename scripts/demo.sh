@@ -21,19 +21,21 @@ fi
 
 echo "demo.sh: installing twell from $ROOT into $VENV"
 # Build from a snapshot of the working tree (tracked files and untracked ones
-# that git does not ignore), as a fresh clone would: setuptools never clears its
+# that git does not ignore), as from a fresh clone: setuptools never clears its
 # build/ folder in the source tree, so a module deleted from twell/ would live
 # on in the wheel, and two builds in one checkout at once would collide there.
-SNAPSHOT=$(mktemp -d)
-trap 'rm -rf "$SNAPSHOT"' EXIT
+SRC=$ROOT
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    SRC=$(mktemp -d)
+    trap 'rm -rf "$SRC"' EXIT
     git ls-files -z --cached --others --exclude-standard |
-        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-        tar --null -T - -cf - | tar -xf - -C "$SNAPSHOT"
-else
-    cp -R . "$SNAPSHOT"
+        while IFS= read -r -d '' f; do
+            if [ -e "$f" ]; then printf '%s\0' "$f"; fi  # skip deleted, uncommitted files
+        done |
+        tar --null -T - -cf - | tar -xf - -C "$SRC"
 fi
-(cd "$SNAPSHOT" && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check ".${TWELL_EXTRAS:+[$TWELL_EXTRAS]}")
+(cd "$SRC" && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    ".${TWELL_EXTRAS:+[$TWELL_EXTRAS]}")
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 \
         && ! "$VENV/bin/python" -c "import cupy" 2>/dev/null; then
@@ -44,4 +46,4 @@ fi
 # The console command, started outside the checkout so that nothing but the
 # installed package can be imported.
 cd /
-exec "$VENV/bin/twell" demo "$@"
+"$VENV/bin/twell" demo "$@"

@@ -21,19 +21,21 @@ PY=$VENV/bin/python
 
 echo "test.sh: installing twell[test] from $ROOT into $VENV"
 # Build from a snapshot of the working tree (tracked files and untracked ones
-# that git does not ignore), as a fresh clone would: setuptools never clears its
+# that git does not ignore), as from a fresh clone: setuptools never clears its
 # build/ folder in the source tree, so a module deleted from twell/ would live
 # on in the wheel, and two builds in one checkout at once would collide there.
-SNAPSHOT=$(mktemp -d)
-trap 'rm -rf "$SNAPSHOT"' EXIT
+SRC=$ROOT
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    SRC=$(mktemp -d)
+    trap 'rm -rf "$SRC"' EXIT
     git ls-files -z --cached --others --exclude-standard |
-        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-        tar --null -T - -cf - | tar -xf - -C "$SNAPSHOT"
-else
-    cp -R . "$SNAPSHOT"
+        while IFS= read -r -d '' f; do
+            if [ -e "$f" ]; then printf '%s\0' "$f"; fi  # skip deleted, uncommitted files
+        done |
+        tar --null -T - -cf - | tar -xf - -C "$SRC"
 fi
-(cd "$SNAPSHOT" && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check ".[test]")
+(cd "$SRC" && "$PY" -m pip install --quiet --disable-pip-version-check \
+    ".[test]")
 
 # Test the installed package, not the checkout's twell/ folder. Both
 # "python -m pytest" (the working directory first on sys.path) and pytest's

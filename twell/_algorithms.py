@@ -29,6 +29,19 @@ class Parts(NamedTuple):
     overflow_data: object
 
 
+_BITS = {8: (np.uint64, 0x7FFF_FFFF_FFFF_FFFF), 4: (np.uint32, 0x7FFF_FFFF),
+         2: (np.uint16, 0x7FFF)}
+
+
+def is_nonzero(values):
+    """``values != 0`` decided on the bit pattern: NaN, Inf and subnormals are non-zeros.
+
+    Comparing floats on the GPU can flush subnormals to zero; the bits cannot.
+    """
+    utype, magnitude = _BITS[values.dtype.itemsize]
+    return (values.view(utype) & utype(magnitude)) != 0
+
+
 def exclusive_cumsum(x):
     """``[0, x0, x0+x1, ...]`` as int64, one element longer than ``x``."""
     xp = array_module(x)
@@ -177,15 +190,20 @@ def canonical_coo(rows, cols, vals, shape):
     key = rows * shape[1] + cols
     order = xp.argsort(key, kind="stable")
     key, vals = key[order], vals[order]
-    if key.size:
-        first = xp.ones(key.size, dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        if not bool(first.all()):  # device-to-host sync on CuPy: duplicates present?
-            starts = xp.nonzero(first)[0]
-            acc = np.float64 if vals.dtype == np.float64 else np.float32
-            vals = xp.add.reduceat(vals.astype(acc), starts).astype(vals.dtype)
-            key = key[starts]
-    keep = vals != 0
+    first = xp.searchsorted(key, key, side="left")
+    rank = xp.arange(key.size, dtype=np.int64) - first
+    most = int(rank.max()) if key.size else 0  # device-to-host sync on CuPy
+    if most:
+        # Sum each run of duplicates in input order, one rank level at a time: the same
+        # order as a sequential sum on every backend, so results are deterministic.
+        acc = np.float64 if vals.dtype == np.float64 else np.float32
+        total = vals.astype(acc)
+        for level in range(1, most + 1):
+            at = rank == level
+            total[first[at]] += total[at]
+        starts = rank == 0
+        key, vals = key[starts], total[starts].astype(vals.dtype)
+    keep = is_nonzero(vals)
     key, vals = key[keep], vals[keep]
     if shape[1] == 0:
         return key, key, vals

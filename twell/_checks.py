@@ -3,7 +3,7 @@
 import numpy as np
 
 from . import _backend, _layout
-from ._algorithms import expand_indptr, slot_mask
+from ._algorithms import expand_indptr, is_nonzero, slot_mask
 from ._validation import SUPPORTED_DTYPES
 
 
@@ -63,8 +63,9 @@ def validate_parts(parts, shape, tile_width):
     if slots > 1:
         _expect((~used[..., 1:] | (indices[..., 1:] > indices[..., :-1])).all(),
                 "indices: slot columns must be strictly increasing within a (row, tile)")
-    _expect((~used | (data != 0)).all(), "data: a used slot holds an explicit zero")
-    _expect((used | (data == 0)).all(), "data: an unused slot (at or after the count) is not zero")
+    nonzero = is_nonzero(data)
+    _expect((~used | nonzero).all(), "data: a used slot holds an explicit zero")
+    _expect((used | ~nonzero).all(), "data: an unused slot (at or after the count) is not zero")
     _expect((used | (indices == 0)).all(),
             "indices: an unused slot (at or after the count) is not zero")
 
@@ -78,7 +79,7 @@ def validate_parts(parts, shape, tile_width):
         same_row = rows[1:] == rows[:-1]
         _expect((~same_row | (ocols[1:] > ocols[:-1])).all(),
                 "overflow_indices must be strictly increasing within each row")
-        _expect((odata != 0).all(), "overflow_data holds an explicit zero")
+        _expect(is_nonzero(odata).all(), "overflow_data holds an explicit zero")
         tiles = ocols.astype(np.int64) // tile_width
         _expect((counts[rows, tiles] == slots).all(),
                 "overflow: an entry overflows a (row, tile) whose slots are not all used")

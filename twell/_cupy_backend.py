@@ -221,17 +221,24 @@ def to_csr(parts, shape, tile_width):
 
 #: Largest tile width of the tensor-core SpMM (its B tiles live in shared memory).
 _MMA_MAX_TILE = 256
-_MMA_STAGES, _MMA_COLS, _GROUP_ROWS = 3, 64, 16
+_MMA_COLS, _GROUP_ROWS = 64, 16
 
 
 def _header_words(groups_per_block):
     return (groups_per_block + 2 + 3) // 4 * 4
 
 
-def _mma_smem(tile_width, slots, groups_per_block):
+def _mma_smem(tile_width, slots, shape):
     """Dynamic shared memory of twell_spmm_mma: per stage, B tile + header + records."""
-    return _MMA_STAGES * (tile_width * _MMA_COLS * 2 + 4 * _header_words(groups_per_block)
-                          + 4 * _GROUP_ROWS * groups_per_block * slots)
+    warps, groups_per_warp, stages = shape
+    groups_per_block = warps * groups_per_warp
+    return stages * (tile_width * _MMA_COLS * 2 + 4 * _header_words(groups_per_block)
+                     + 4 * _segment_capacity(groups_per_block, slots))
+
+
+def _segment_capacity(groups_per_block, slots):
+    """Records per (row block, tile) segment: every group padded to a multiple of 16."""
+    return groups_per_block * _GROUP_ROWS * (slots + 1)
 
 
 def _block_records(parts, shape, tile_width, groups_per_block):
@@ -242,14 +249,17 @@ def _block_records(parts, shape, tile_width, groups_per_block):
     rows_per_block = _GROUP_ROWS * groups_per_block
     blocks = -(-m // rows_per_block)
     headers = cupy.empty(max(blocks * nt, 1) * _header_words(groups_per_block), dtype=np.int32)
-    records = cupy.empty(max(blocks * nt * rows_per_block * slots, 4), dtype=np.uint32)
+    records = cupy.empty(max(blocks * nt * _segment_capacity(groups_per_block, slots), 4),
+                         dtype=np.uint32)
     if blocks * nt:
         kernel = _kernels.function("spmm.cu", _expr_n("twell_block_records", parts.data.dtype,
                                                        groups_per_block))
+        smem = 4 * rows_per_block * slots  # the segment's records, staged in row order
+        kernel.max_dynamic_shared_size_bytes = smem
         # One block of 16 * groups_per_block threads (one per row) per (row block, tile).
         kernel((blocks * nt,), (rows_per_block,), (
-            parts.counts, parts.data, parts.indices, _i64(m), _i64(nt), _i32(slots), headers,
-            records))
+            parts.counts, parts.data, parts.indices, _i64(m), _i64(nt), _i32(tile_width),
+            _i32(slots), headers, records), shared_mem=smem)
     return headers, records, blocks
 
 
@@ -262,12 +272,12 @@ _MMA_SMEM_LIMIT = 200 * 1024
 
 
 def _mma_shape(dtype, tile_width, slots, b, requested=None):
-    """The (warps, groups per warp) of the tensor-core SpMM for this problem, or None."""
+    """The (warps, groups per warp, stages) of the tensor-core SpMM here, or None."""
     if not (np.dtype(dtype) in _kernels.HALF_DTYPES and tile_width <= _MMA_MAX_TILE
             and b.shape[1] % 8 == 0 and _aligned(b)):
         return None
     for shape in ([requested] if requested else _kernels.MMA_SHAPES):
-        if _mma_smem(tile_width, slots, shape[0] * shape[1]) <= _MMA_SMEM_LIMIT:
+        if _mma_smem(tile_width, slots, shape) <= _MMA_SMEM_LIMIT:
             return shape
     return None
 
@@ -310,12 +320,10 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
 def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
     m, k = shape
     n = b.shape[1]
-    warps, groups_per_warp = mma_shape
-    groups_per_block = warps * groups_per_warp
-    headers, records, blocks = _block_records(parts, shape, tile_width, groups_per_block)
-    kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_mma", out.dtype, warps,
-                                                   groups_per_warp))
-    smem = _mma_smem(tile_width, parts.data.shape[2], groups_per_block)
+    warps, groups_per_warp, _ = mma_shape
+    headers, records, blocks = _block_records(parts, shape, tile_width, warps * groups_per_warp)
+    kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_mma", out.dtype, *mma_shape))
+    smem = _mma_smem(tile_width, parts.data.shape[2], mma_shape)
     kernel.max_dynamic_shared_size_bytes = smem
     # Blocks: 64 output columns x one row block; column blocks vary fastest so that the blocks
     # sharing a row block run together and reuse its records from L2.

@@ -69,7 +69,7 @@ class ELLMatrix:
             src = _convert.coerce(arg, dtype)
             if src.kind == "dense":
                 xp = _backend.array_module(src.array)
-                rows, cols = xp.nonzero(src.array)
+                rows, cols = xp.nonzero(_algorithms.is_nonzero(src.array))
                 src = _convert.CSR(*_algorithms.coo_to_csr(rows, cols, src.array[rows, cols],
                                                            src.shape[0]), src.shape)
         self._from_csr(src, width)
@@ -82,6 +82,8 @@ class ELLMatrix:
         if width is None:
             width = longest
         width = operator_index(width, "width")
+        if width < 0:
+            raise ValueError(f"width must be non-negative; got width={width}")
         if width < longest:
             row = int(xp.argmax(lengths))
             raise ValueError(
@@ -101,7 +103,7 @@ class ELLMatrix:
     @property
     def nnz(self):
         """Number of stored non-zeros."""
-        return int((self.data != 0).sum())
+        return int(_algorithms.is_nonzero(self.data).sum())
 
     def __repr__(self):
         m, k = self.shape
@@ -109,14 +111,16 @@ class ELLMatrix:
 
     def _coo(self):
         xp = _backend.array_module(self.data)
-        rows, slot = xp.nonzero(self.data != 0)  # row-major: sorted by (row, column)
+        rows, slot = xp.nonzero(_algorithms.is_nonzero(self.data))  # sorted by (row, column)
         return rows, self.indices[rows, slot].astype(np.int64), self.data[rows, slot]
 
     def _as_csr_input(self, dtype=None):
         rows, cols, vals = self._coo()
-        if dtype is not None:
-            vals = vals.astype(value_dtype(dtype))
-        return _convert.CSR(*_algorithms.coo_to_csr(rows, cols, vals, self.shape[0]), self.shape)
+        if dtype is None:
+            return _convert.CSR(*_algorithms.coo_to_csr(rows, cols, vals, self.shape[0]),
+                                self.shape)
+        # Casting can turn entries into zeros: canonicalise again so that they leave.
+        return _convert.csr_from_coo(rows, cols, vals, self.shape, value_dtype(dtype))
 
     def toarray(self):
         """Dense array (NumPy or CuPy, where the matrix lives)."""

@@ -43,8 +43,9 @@ def _typed(kernel):
 #: 16-bit dtypes with a tensor-core SpMM.
 HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 
-#: (warps per block, 16-row groups per warp) of the tensor-core SpMM instances.
-MMA_SHAPES = ((16, 2), (8, 2), (8, 1))
+#: (warps per block, 16-row groups per warp, pipeline stages) of the tensor-core SpMM
+#: instances, in order of preference (the launcher takes the first whose shared memory fits).
+MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 
 #: Every kernel instantiation, by source file.
 INSTANCES = {
@@ -52,10 +53,10 @@ INSTANCES = {
     "unpack.cu": (_vectored("twell_unpack_dense") + _typed("twell_scatter_csr")
                   + _typed("twell_slots_to_csr") + ["twell_layout_probe"]),
     "spmm.cu": (_vectored("twell_spmm_rows") + _typed("twell_spmv")
-                + [f"twell_block_records<{CTYPES[d]}, {w * g}>" for d in HALF_DTYPES
-                   for w, g in MMA_SHAPES]
-                + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}>" for d in HALF_DTYPES
-                   for w, g in MMA_SHAPES]),
+                + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
+                   for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
+                + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
+                   for w, g, st in MMA_SHAPES]),
 }
 
 #: nvcc/NVRTC options shared by the loader and the CI compile.

@@ -16,6 +16,7 @@ from . import _layout
 from ._algorithms import (  # noqa: F401 - tile_counts_csr is part of this backend's API
     coo_to_csr,
     expand_indptr,
+    is_nonzero,
     pack_sorted_coo,
     tile_counts_csr,
     to_coo,
@@ -29,14 +30,14 @@ def tile_counts_dense(dense, tile_width):
     nt = _layout.n_tiles(k, tile_width)
     if m == 0 or nt == 0:
         return np.zeros((m, nt), dtype=_layout.COUNT_DTYPE)
-    nonzero = (dense != 0).view(np.int8)
+    nonzero = is_nonzero(dense).view(np.int8)
     starts = np.arange(0, k, tile_width)
     return np.add.reduceat(nonzero, starts, axis=1, dtype=_layout.COUNT_DTYPE)
 
 
 def pack_dense(dense, tile_width, slots):
     """Dense matrix -> TwELL parts. NaN and Inf count as non-zeros."""
-    rows, cols = np.nonzero(dense)  # row-major order: sorted by (row, column)
+    rows, cols = np.nonzero(is_nonzero(dense))  # row-major order: sorted by (row, column)
     return pack_sorted_coo(rows, cols, dense[rows, cols], dense.shape, tile_width, slots)
 
 

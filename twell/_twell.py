@@ -343,9 +343,8 @@ class TwELLMatrix:
     def tocsr(self, copy=False):
         """Convert to ``scipy.sparse.csr_array`` (host) or ``cupyx.scipy.sparse.csr_matrix``.
 
-        scipy and cupyx hold no bfloat16: a bfloat16 matrix raises TypeError;
-        cast it with ``astype(numpy.float32)`` first. cupyx holds no float16
-        either.
+        scipy.sparse and cupyx hold neither bfloat16 nor float16: such a
+        matrix raises TypeError; cast it with ``astype(numpy.float32)`` first.
         """
         indptr, indices, data = self._csr_arrays()
         return _sparse_type(self._xp, "csr", data.dtype)(
@@ -439,7 +438,8 @@ class TwELLMatrix:
         new = fn(p.data)
         data = xp.where(mask, new, xp.zeros((), dtype=new.dtype)).astype(new.dtype)
         over = fn(p.overflow_data)
-        lost = int((mask & (data == 0)).sum()) + int((over == 0).sum())  # host sync
+        lost = (int((mask & ~_algorithms.is_nonzero(data)).sum())
+                + int((~_algorithms.is_nonzero(over)).sum()))  # host sync
         result = TwELLMatrix._from_parts(p._replace(data=data, overflow_data=over),
                                          self.shape, self.tile_width)
         if lost:
@@ -449,7 +449,7 @@ class TwELLMatrix:
     def _repack(self, tile_width, slots):
         """Re-pack through canonical CSR (drops zeros; new tile width/slots)."""
         indptr, indices, data = self._csr_arrays()
-        keep = data != 0
+        keep = _algorithms.is_nonzero(data)
         if not bool(keep.all()):  # host sync on the GPU
             rows = _algorithms.expand_indptr(indptr)[keep]
             indptr = _algorithms.exclusive_cumsum(self._xp.bincount(rows, minlength=self.shape[0]))
@@ -495,33 +495,41 @@ class TwELLMatrix:
             return NotImplemented
         xp = _backend.array_module(self._parts.counts, other if _is_array(other) else None)
         other = other if _is_array(other) else xp.asarray(other)
+        if other.ndim not in (1, 2):
+            raise ValueError(f"other must be 1-D or 2-D; got other.ndim={other.ndim}")
+        if other.shape[-1] != self.shape[0]:
+            raise ValueError(
+                f"matmul: dimension mismatch, other.shape={other.shape} and A.shape={self.shape} "
+                f"(other.shape[-1]={other.shape[-1]} must equal A.shape[0]={self.shape[0]})"
+            )
         if other.ndim == 1:
             return _matmul(self.T, other)
-        if other.ndim != 2:
-            raise ValueError(f"other must be 1-D or 2-D; got other.ndim={other.ndim}")
         return _matmul(self.T, other.T).T
 
     def dot(self, other):
         """Same as ``self @ other``."""
         return self @ other
 
-    def __mul__(self, other):
+    def _scalar_op(self, other, op, symbol):
+        """``op(values, other)`` for a real scalar, computed in float64, NumPy's result dtype."""
         if not _is_scalar(other):
             raise TypeError(
-                "TwELLMatrix * x supports scalars only (elementwise); use @ for matrix products; "
-                f"got {type(other).__name__}"
+                f"TwELLMatrix {symbol} x supports real scalars only (elementwise); use @ for "
+                f"matrix products; got {type(other).__name__}"
             )
         dtype = self.dtype if isinstance(other, (int, float)) else result_dtype(
             self.dtype, np.asarray(other).dtype)
-        scale = np.asarray(other).astype(np.float64)
-        return self._map_values(lambda v: (v.astype(np.float64) * scale).astype(dtype))
+        scalar = float(np.float64(other))  # a Python float: CuPy takes no NumPy 0-d arrays
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self._map_values(lambda v: op(v.astype(np.float64), scalar).astype(dtype))
+
+    def __mul__(self, other):
+        return self._scalar_op(other, np.multiply, "*")
 
     __rmul__ = __mul__
 
     def __truediv__(self, other):
-        if not _is_scalar(other):
-            raise TypeError(f"TwELLMatrix / x supports scalars only; got {type(other).__name__}")
-        return self * (1.0 / np.float64(other))
+        return self._scalar_op(other, np.true_divide, "/")
 
     def __neg__(self):
         return self * -1
@@ -584,7 +592,7 @@ def _matmul(a, b):
         parts = parts._replace(data=parts.data.astype(out_dtype),
                                overflow_data=parts.overflow_data.astype(out_dtype))
     vector = b.ndim == 1
-    b2 = xp.ascontiguousarray(b.reshape(k, -1) if vector else b, dtype=out_dtype)
+    b2 = xp.ascontiguousarray(b.reshape(k, 1) if vector else b, dtype=out_dtype)
     out = _backend_of(xp).spmm(parts, a.shape, a.tile_width, b2, out_dtype)
     return out.reshape(m) if vector else out
 
@@ -614,9 +622,9 @@ def _sparse_type(xp, fmt, dtype):
     if xp is np:
         import scipy.sparse as sp
 
-        if dtype == bfloat16:
+        if dtype in (bfloat16, np.float16):
             raise TypeError(
-                "scipy.sparse cannot hold bfloat16; convert with .astype(numpy.float32) first"
+                f"scipy.sparse cannot hold {dtype}; convert with .astype(numpy.float32) first"
             )
         return {"csr": sp.csr_array, "coo": sp.coo_array}[fmt]
     cs = _backend.cupyx_sparse()

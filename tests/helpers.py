@@ -1,0 +1,227 @@
+"""Test helpers: the backend object, independent oracles, tolerances and assertions.
+
+The oracles here never call twell: dense references are rebuilt from the
+public storage arrays with plain NumPy, and sparse references come from
+scipy.sparse.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import twell
+
+GPU_SKIP_REASON = "CuPy with a CUDA GPU is not available"
+
+
+
+def gpu_test(test):
+    """Mark a test that needs CuPy and a GPU but does not take the ``backend`` fixture."""
+    skip = pytest.mark.skipif(not twell.cuda_available(), reason=GPU_SKIP_REASON)
+    return pytest.mark.gpu(skip(test))
+
+
+BF16 = np.dtype(twell.bfloat16)
+F64, F32, F16 = np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)
+
+#: The value dtypes twell stores, as pytest params with readable ids.
+DTYPES = [pytest.param(F64, id="f64"), pytest.param(F32, id="f32"),
+          pytest.param(F16, id="f16"), pytest.param(BF16, id="bf16")]
+
+#: Relative error by norm allowed in products, per result dtype (see issue 2).
+MATMUL_RTOL = {F64: 1e-12, F32: 1e-5, F16: 1e-3, BF16: 1e-2}
+
+#: Relative error allowed in float64-accumulated sums rounded to the dtype.
+SUM_RTOL = {F64: 1e-12, F32: 1e-6, F16: 1e-3, BF16: 1e-2}
+
+#: dtypes cupyx.scipy.sparse can hold.
+CUPYX_DTYPES = (F32, F64)
+
+
+class Backend:
+    """The array library one run of a test uses (NumPy on the host or CuPy on the GPU)."""
+
+    def __init__(self, name):
+        self.name = name
+        if name == "numpy":
+            self.xp = np
+        else:
+            import cupy
+
+            self.xp = cupy
+
+    def __repr__(self):
+        return f"Backend({self.name!r})"
+
+    @property
+    def on_gpu(self):
+        return self.name == "cupy"
+
+    def asarray(self, x, dtype=None):
+        """Host data -> this backend: NumPy/CuPy arrays; scipy.sparse -> cupyx ``csr_matrix``."""
+        if sp.issparse(x):
+            return self.sparse(x, "csr")
+        if self.on_gpu:
+            return self.xp.asarray(np.asarray(x), dtype=dtype)
+        return np.asarray(x, dtype=dtype)
+
+    def sparse(self, x, fmt=None):
+        """A scipy.sparse array/matrix in ``fmt`` on this backend, structure kept as is.
+
+        On CuPy the cupyx matrix is built from the raw arrays, so that
+        duplicates, explicit zeros and unsorted indices survive.
+        """
+        fmt = fmt or x.format
+        if x.format != fmt:
+            x = x.asformat(fmt)
+        if not self.on_gpu:
+            return x
+        import cupyx.scipy.sparse as cs
+
+        if x.dtype not in CUPYX_DTYPES:
+            pytest.skip(f"cupyx.scipy.sparse holds float32/float64 only, not {x.dtype}")
+        xp = self.xp
+        if fmt == "coo":
+            return cs.coo_matrix((xp.asarray(x.data), (xp.asarray(x.row, dtype=np.int32),
+                                                        xp.asarray(x.col, dtype=np.int32))),
+                                 shape=x.shape)
+        cls = {"csr": cs.csr_matrix, "csc": cs.csc_matrix}[fmt]
+        return cls((xp.asarray(x.data), xp.asarray(x.indices, dtype=np.int32),
+                    xp.asarray(x.indptr, dtype=np.int32)), shape=x.shape)
+
+    def to_host(self, x):
+        """Device -> host: CuPy arrays, cupyx sparse and twell matrices; host data passes."""
+        if isinstance(x, (twell.TwELLMatrix, twell.ELLMatrix)):
+            return x.get()
+        if self.on_gpu:
+            import cupyx.scipy.sparse as cs
+
+            if isinstance(x, self.xp.ndarray) or cs.issparse(x):
+                return x.get()
+        return x
+
+    def is_native(self, x):
+        """True when array ``x`` belongs to this backend (outputs stay where the input lives)."""
+        return isinstance(x, self.xp.ndarray)
+
+    def poison(self):
+        """Fill the free device memory that the next allocations reuse with 0xFF bytes.
+
+        CuPy's pool hands freed blocks out again uninitialised: a kernel that
+        leaves part of an ``empty`` output unwritten then shows NaN / -1 /
+        0xFFFF there instead of a lucky zero. A no-op on NumPy.
+        """
+        if self.on_gpu:
+            blocks = [self.xp.full(1 << p, 0xFF, dtype=np.uint8) for p in range(9, 25)]
+            self.xp.cuda.get_current_stream().synchronize()
+            del blocks
+
+
+def no_gpu_subnormals(backend, x, dtype):
+    """``x`` unchanged: subnormals are non-zeros on the GPU too (GPU_SUBNORMAL fixed)."""
+    return x
+
+
+def no_gpu_special_duplicates(backend, vals):
+    """``vals`` unchanged: duplicates with Inf/NaN sum row by row on the GPU too (fixed)."""
+    return vals
+
+
+def cast(x, dtype):
+    """``x.astype(dtype)`` without overflow warnings (overflow to Inf is the point)."""
+    with np.errstate(all="ignore"):
+        return np.asarray(x).astype(dtype)
+
+
+def parts_of(a):
+    """The six public storage arrays of a TwELLMatrix, on the host."""
+    a = a.get()
+    return (a.counts, a.data, a.indices, a.overflow_indptr, a.overflow_indices, a.overflow_data)
+
+
+PART_NAMES = ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+              "overflow_data")
+
+
+def dense_from_parts(a, dtype=np.float64):
+    """Independent TwELL -> dense: rebuild the matrix from its public arrays with NumPy."""
+    counts, data, indices, indptr, ocols, odata = parts_of(a)
+    m, k = a.shape
+    t = a.tile_width
+    out = np.zeros((m, k), dtype=dtype)
+    mask = np.arange(data.shape[2]) < counts[..., None]
+    r, tile, j = np.nonzero(mask)
+    out[r, tile * t + indices[r, tile, j].astype(np.int64)] = data[r, tile, j].astype(dtype)
+    orow = np.repeat(np.arange(m), np.diff(indptr))
+    out[orow, ocols] = odata.astype(dtype)
+    return out
+
+
+def tile_counts(dense, tile_width):
+    """Brute-force non-zeros per (row, tile) of a dense host array, int64 (M, n_tiles)."""
+    m, k = dense.shape
+    nt = -(-k // tile_width)
+    padded = np.zeros((m, nt * tile_width), dtype=bool)
+    padded[:, :k] = dense != 0
+    return padded.reshape(m, nt, tile_width).sum(axis=2, dtype=np.int64)
+
+
+def canonical_csr(x):
+    """scipy's canonical CSR of a dense array or sparse matrix: sorted, summed, no zeros."""
+    c = sp.csr_array(x, copy=True)
+    c.sum_duplicates()
+    c.eliminate_zeros()
+    c.sort_indices()
+    return c
+
+
+def assert_values_equal(got, want, what="values", signed_zeros=False):
+    """Same shape and values, NaN equal to NaN; with ``signed_zeros``, -0.0 != +0.0.
+
+    Compared in float64, so bfloat16 arrays need no special path.
+    """
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    g, w = cast(got, np.float64), cast(want, np.float64)
+    np.testing.assert_array_equal(g, w, err_msg=what)
+    if signed_zeros:
+        np.testing.assert_array_equal(np.signbit(g) & (g == 0), np.signbit(w) & (w == 0),
+                                      err_msg=f"{what}: signs of zeros")
+
+
+def assert_dense_equal(got, want, dtype=None):
+    """Exact dense equality (NaN-aware), and the expected dtype when given."""
+    if dtype is not None:
+        assert np.asarray(got).dtype == np.dtype(dtype), f"dtype {got.dtype} != {dtype}"
+    assert_values_equal(got, want, "dense")
+
+
+def assert_csr_equal(got, want):
+    """Host CSR matrices with the same structure arrays and values (NaN-aware)."""
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got.indptr, dtype=np.int64),
+                                  np.asarray(want.indptr, dtype=np.int64), err_msg="indptr")
+    np.testing.assert_array_equal(np.asarray(got.indices, dtype=np.int64),
+                                  np.asarray(want.indices, dtype=np.int64), err_msg="indices")
+    assert_values_equal(got.data, want.data, "data")
+
+
+def assert_parts_equal(a, b):
+    """Two TwELL matrices with identical storage arrays (dtype, shape and values)."""
+    assert a.shape == b.shape and a.tile_width == b.tile_width
+    for name, x, y in zip(PART_NAMES, parts_of(a), parts_of(b), strict=True):
+        assert x.dtype == y.dtype, f"{name}: dtype {x.dtype} != {y.dtype}"
+        assert_values_equal(x, y, name, signed_zeros=True)
+
+
+def rel_err(got, want):
+    """``||got - want|| / ||want||`` in float64 (0 when both are 0), safe from overflow."""
+    got, want = cast(got, np.float64), cast(want, np.float64)
+    scale = max(np.abs(want).max(initial=0.0), np.abs(got).max(initial=0.0))
+    if scale == 0:
+        return 0.0
+    num = np.linalg.norm(got / scale - want / scale)
+    den = np.linalg.norm(want / scale)
+    if den == 0:
+        return np.inf
+    return num / den

@@ -1,0 +1,89 @@
+"""twell._backend and twell._kernels: backend choice by array type, import without CuPy,
+and the CUDA sources the loader compiles."""
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import GPU_SKIP_REASON, gpu_test
+
+import twell
+from twell import _backend, _kernels
+
+
+def test_cuda_available_is_a_bool():
+    assert isinstance(twell.cuda_available(), bool)
+
+
+def test_import_without_cupy():
+    """``import twell`` and the NumPy path work when CuPy cannot be imported."""
+    code = (
+        "import sys; sys.modules['cupy'] = None; sys.modules['cupyx'] = None\n"
+        "import numpy as np, twell\n"
+        "assert twell.cuda_available() is False\n"
+        "a = twell.TwELLMatrix(np.eye(3))\n"
+        "assert (a @ np.ones(3)).tolist() == [1.0, 1.0, 1.0]\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_numpy_arrays_choose_numpy():
+    assert _backend.array_module(np.ones(2), None, np.zeros(1)) is np
+    x = np.ones(3)
+    assert _backend.to_numpy(x) is x
+
+
+def test_mixing_host_and_device_arrays_is_a_type_error(gpu):
+    with pytest.raises(TypeError, match="cannot mix NumPy"):
+        _backend.array_module(np.ones(2), gpu.asarray(np.ones(2)))
+    assert _backend.array_module(gpu.asarray(np.ones(2))) is gpu.xp
+
+
+def test_gpu_skip_reason_is_the_documented_one():
+    assert GPU_SKIP_REASON == "CuPy with a CUDA GPU is not available"
+
+
+# -- CUDA sources ------------------------------------------------------------------------
+
+def test_every_kernel_source_is_found():
+    folder = _kernels.source_dir()
+    assert (folder / _kernels.HEADER).is_file()
+    for name in _kernels.INSTANCES:
+        assert (folder / name).is_file(), name
+
+
+@pytest.mark.parametrize("name", sorted(_kernels.INSTANCES))
+def test_kernel_sources_inline_the_header(name):
+    text = _kernels.source_text(name)
+    assert f'#include "{_kernels.HEADER}"' not in text
+    assert f'#line 1 "{_kernels.HEADER}"' in text
+    assert re.search(rf'#line \d+ "{re.escape(name)}"', text)
+    assert "namespace twell" in text
+
+
+@pytest.mark.parametrize("name", sorted(_kernels.INSTANCES))
+def test_every_instantiated_kernel_exists_and_is_named_twell(name):
+    text = _kernels.source_text(name)
+    for expression in _kernels.INSTANCES[name]:
+        kernel = expression.split("<")[0]
+        assert kernel.startswith("twell_"), expression
+        assert re.search(rf"__global__[^;{{}}]*\b{kernel}\s*\(", text), expression
+
+
+@gpu_test
+@pytest.mark.parametrize("name", sorted(_kernels.INSTANCES))
+def test_every_kernel_compiles(name):
+    for expression in _kernels.INSTANCES[name]:
+        assert _kernels.function(name, expression) is not None
+
+
+@pytest.mark.skipif(twell.cuda_available(), reason="checks the message shown without a GPU")
+def test_skip_reason_without_gpu():
+    assert not twell.cuda_available()
+    assert GPU_SKIP_REASON

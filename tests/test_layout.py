@@ -1,0 +1,118 @@
+"""twell._layout: tile arithmetic, packed-layout constants and ``slots="auto"``."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import gpu_test, tile_counts
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import cases, edge_examples, histograms
+
+import twell
+from twell import _layout
+
+
+def brute_overflow(hist, slots):
+    """Entries beyond ``slots`` summed over (row, tile) pairs, straight from the definition."""
+    return sum(h * max(c - slots, 0) for c, h in enumerate(hist))
+
+
+def brute_auto_slots(hist, tile_width, fraction=twell.AUTO_OVERFLOW_FRACTION):
+    """The documented definition: the smallest s >= 1 whose overflow is <= fraction * nnz."""
+    nnz = sum(c * h for c, h in enumerate(hist))
+    for s in range(1, tile_width + 1):
+        if brute_overflow(hist, s) <= fraction * nnz:
+            return s
+    return tile_width
+
+
+def test_public_constants():
+    assert twell.DEFAULT_TILE_WIDTH == 256
+    assert twell.AUTO_OVERFLOW_FRACTION == 0.01
+
+
+@given(hist=histograms(), tile_width=st.integers(1, 300),
+       fraction=st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.5, 1.0]))
+def test_auto_slots_matches_its_definition(hist, tile_width, fraction):
+    assert _layout.auto_slots(np.array(hist), tile_width, fraction) == brute_auto_slots(
+        hist, tile_width, fraction)
+
+
+@given(hist=histograms(), tile_width=st.integers(1, 300))
+def test_auto_slots_default_fraction(hist, tile_width):
+    assert twell.auto_slots(np.array(hist), tile_width) == brute_auto_slots(hist, tile_width)
+
+
+@pytest.mark.parametrize("hist, tile_width, expected", [
+    pytest.param([7], 256, 1, id="no-nonzeros"),
+    pytest.param([0, 100], 256, 1, id="all-ones"),
+    pytest.param([0, 0, 0, 0, 50], 256, 4, id="all-fours"),
+    pytest.param([0, 0, 0, 0, 50], 3, 3, id="capped-by-tile-width"),
+    # 99 tiles of 1 and one of 40: nnz 139, budget 1.39; slots=39 leaves 1 entry over.
+    pytest.param([0, 99] + [0] * 38 + [1], 256, 39, id="one-outlier"),
+])
+def test_auto_slots_known_values(hist, tile_width, expected):
+    assert twell.auto_slots(np.array(hist), tile_width) == expected
+
+
+@given(hist=histograms(), slots=st.integers(0, 50))
+def test_slot_overflow_matches_its_definition(hist, slots):
+    assert _layout.slot_overflow(np.array(hist), slots) == brute_overflow(hist, slots)
+
+
+@given(k=st.integers(0, 2**31 - 1), t=st.integers(1, _layout.MAX_TILE_WIDTH))
+def test_tile_arithmetic(k, t):
+    nt = _layout.n_tiles(k, t)
+    assert nt == math.ceil(k / t)
+    if nt:
+        last = nt - 1
+        assert _layout.tile_start(last, t) <= k - 1 < _layout.tile_start(last, t) + t
+        assert _layout.tile_of(k - 1, t) == last
+        assert _layout.tile_extent(last, k, t) == k - last * t
+        assert 1 <= _layout.tile_extent(last, k, t) <= t
+        assert _layout.tile_extent(0, k, t) == min(t, k)
+
+
+@pytest.mark.parametrize("compression, capacity", [(2, 127), (4, 63), (8, 31)])
+def test_packed_capacity(compression, capacity):
+    assert _layout.packed_capacity(compression) == capacity
+    assert _layout.packed_words_per_tile(compression) == capacity + 1
+
+
+@given(case=cases())
+@edge_examples()
+def test_matrix_auto_slots_follows_the_per_tile_counts(backend, case):
+    """slots="auto" on a matrix: the definition applied to its own per-tile counts."""
+    t = case.tile_width
+    a = twell.TwELLMatrix(backend.asarray(case.dense), tile_width=t)
+    per_tile = tile_counts(case.dense, t)
+    hist = np.bincount(per_tile.ravel(), minlength=1).tolist()
+    assert a.slots == brute_auto_slots(hist, t)
+    nnz = int(np.count_nonzero(case.dense))
+    assert a.overflow_nnz <= twell.AUTO_OVERFLOW_FRACTION * nnz or a.slots == t
+    assert a.n_tiles == -(-case.dense.shape[1] // t)
+
+
+@gpu_test
+def test_cuda_header_agrees_with_python_layout():
+    """cuda_src/twell_layout.cuh computes n_tiles and packed capacities like _layout.py."""
+    import cupy
+
+    from twell import _kernels
+
+    rng = np.random.default_rng(7)
+    n_cols = np.concatenate([[0, 1, 255, 256, 257, 65536, 2**31 - 1],
+                             rng.integers(0, 2**31, 500)]).astype(np.int64)
+    tile_width = np.concatenate([[1, 256, 256, 256, 256, 65536, 3],
+                                 rng.integers(1, 65537, 500)]).astype(np.int32)
+    n = n_cols.size
+    out_tiles = cupy.full(n, -1, dtype=np.int64)
+    out_capacity = cupy.full(n, -1, dtype=np.int32)
+    probe = _kernels.function("unpack.cu", "twell_layout_probe")
+    probe((-(-n // 128),), (128,), (cupy.asarray(n_cols), cupy.asarray(tile_width), np.int32(n),
+                                   out_tiles, out_capacity))
+    want = [_layout.n_tiles(int(k), int(t)) for k, t in zip(n_cols, tile_width, strict=True)]
+    np.testing.assert_array_equal(out_tiles.get(), want)
+    np.testing.assert_array_equal(out_capacity.get()[:3],
+                                  [_layout.packed_capacity(c) for c in (2, 4, 8)])

@@ -1,0 +1,251 @@
+"""``A @ B`` and ``B @ A`` (SpMM / SpMV) against scipy ``csr_array @ dense`` in float64.
+
+The reference is built from the matrix's own stored values upcast to
+float64, so the rounding of the input to a narrow dtype is not counted; what
+is measured is the product's error: relative error by norm within 1e-12
+(float64), 1e-5 (float32), 1e-3 (float16) and 1e-2 (bfloat16).
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from helpers import BF16, F16, F32, F64, MATMUL_RTOL, cast, dense_from_parts, rel_err
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import RHS, cases, edge_examples, rhs
+
+import twell
+
+I64, I32, BOOL = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_)
+
+# (A dtype, B dtype, result dtype): NumPy promotion; bf16 with f16 gives f32; ints give f64.
+PROMOTION = [
+    (F64, F64, F64), (F32, F32, F32), (F16, F16, F16), (BF16, BF16, BF16),
+    (BF16, F32, F32), (BF16, F16, F32), (F16, BF16, F32), (F16, F32, F32),
+    (F32, F64, F64), (BF16, F64, F64), (F64, F16, F64),
+    (BF16, I64, F64), (F32, I32, F64), (F16, BOOL, F64),
+]
+PROMOTION_IDS = [f"{a.name}@{b.name}".replace("bfloat16", "bf16") for a, b, _ in PROMOTION]
+
+MATMUL_CASES = cases(values="finite", max_rows=24, max_cols=600)
+
+
+def reference(a, b):
+    """scipy CSR of the stored values (float64) times ``b`` in float64."""
+    return sp.csr_array(dense_from_parts(a)) @ cast(b, np.float64)
+
+
+def check_product(backend, out, want, dtype, shape):
+    assert backend.is_native(out)
+    out = backend.to_host(out)
+    assert out.dtype == dtype, f"result dtype {out.dtype}, expected {dtype}"
+    assert out.shape == shape
+    err = rel_err(out, want)
+    assert err <= MATMUL_RTOL[dtype], f"relative error {err:.3g} > {MATMUL_RTOL[dtype]}"
+
+
+@pytest.mark.parametrize("a_dtype, b_dtype, out_dtype", PROMOTION, ids=PROMOTION_IDS)
+@given(case=MATMUL_CASES, rhs=rhs())
+@edge_examples(finite=True, rhs=RHS(3, 0))
+def test_matmul_against_scipy(backend, a_dtype, b_dtype, out_dtype, case, rhs):
+    m, k = case.dense.shape
+    a = twell.TwELLMatrix(backend.asarray(cast(case.dense, a_dtype)),
+                          tile_width=case.tile_width, slots=case.slots)
+    b = rhs.make(k, b_dtype)
+    backend.poison()
+    out = a @ backend.asarray(b)
+    shape = (m,) if rhs.n is None else (m, rhs.n)
+    check_product(backend, out, reference(a, b), out_dtype, shape)
+
+
+@pytest.mark.parametrize("dtype", [F64, F32, F16, BF16], ids=["f64", "f32", "f16", "bf16"])
+@given(case=MATMUL_CASES, rhs=rhs())
+@edge_examples(finite=True, rhs=RHS(None, 0))
+def test_rmatmul_against_scipy(backend, dtype, case, rhs):
+    """``B @ A`` for an ndarray B reaches __rmatmul__ (``__array_ufunc__ = None``)."""
+    m, k = case.dense.shape
+    a = twell.TwELLMatrix(backend.asarray(cast(case.dense, dtype)), tile_width=case.tile_width,
+                          slots=case.slots)
+    b = rhs.make(m, dtype)  # (M,) or (M, n)
+    stored_t = sp.csr_array(dense_from_parts(a)).T
+    if rhs.n is None:
+        out, want, shape = backend.asarray(b) @ a, stored_t @ cast(b, np.float64), (k,)
+    else:
+        bt = np.ascontiguousarray(b.T)  # (n, M)
+        out, want, shape = backend.asarray(bt) @ a, (stored_t @ cast(b, np.float64)).T, (rhs.n, k)
+    check_product(backend, out, want, dtype, shape)
+
+
+def test_dot_is_matmul(backend, rng):
+    x = rng.standard_normal((7, 40)) * (rng.random((7, 40)) < 0.3)
+    a = twell.TwELLMatrix(backend.asarray(x), tile_width=8)
+    b = backend.asarray(rng.standard_normal((40, 3)))
+    np.testing.assert_array_equal(backend.to_host(a.dot(b)), backend.to_host(a @ b))
+
+
+LAYOUTS = {
+    "c-contiguous": lambda xp, b: b,
+    "fortran": lambda xp, b: xp.asfortranarray(b),
+    "strided": lambda xp, b: xp.repeat(b, 2, axis=1)[:, ::2],
+    # Contiguous but starting 1 element into its buffer: not 16-byte aligned.
+    "misaligned": lambda xp, b: xp.concatenate([xp.zeros(1, b.dtype), b.ravel()])[1:].reshape(
+        b.shape),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("dtype", [F64, F32, F16, BF16], ids=["f64", "f32", "f16", "bf16"])
+@pytest.mark.parametrize("n", [1, 8, 24])
+def test_matmul_operand_layouts(backend, rng, layout, dtype, n):
+    x = rng.standard_normal((33, 520)) * (rng.random((33, 520)) < 0.1)
+    a = twell.TwELLMatrix(backend.asarray(cast(x, dtype)), tile_width=256, slots=4)
+    b = cast(rng.standard_normal((520, n)), dtype)
+    out = a @ LAYOUTS[layout](backend.xp, backend.asarray(b))
+    check_product(backend, out, reference(a, b), dtype, (33, n))
+
+
+@pytest.mark.parametrize("dtype, k", [(BF16, 1000), (F16, 3000)], ids=["bf16", "f16"])
+def test_16_bit_products_accumulate_in_float32(backend, dtype, k):
+    """1000 bf16 ones sum to 1000 (a bf16 accumulator sticks at 256; f16's at 2048)."""
+    a = twell.TwELLMatrix(backend.asarray(np.ones((2, k), dtype=dtype)), tile_width=256)
+    out = backend.to_host(a @ backend.asarray(np.ones(k, dtype=dtype)))
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out.astype(np.float64), [k, k])
+
+
+def test_empty_rows_give_exact_zeros(backend, rng):
+    """Rows without entries are written as zeros (the output is not left uninitialised)."""
+    x = np.zeros((64, 300))
+    x[5, 7] = 2.0
+    x[40, 299] = -1.0
+    a = twell.TwELLMatrix(backend.asarray(x), tile_width=16)
+    for n in (None, 1, 8, 33):
+        b = rng.standard_normal(300 if n is None else (300, n))
+        backend.poison()
+        out = backend.to_host(a @ backend.asarray(b))
+        np.testing.assert_array_equal(out, x @ b)  # one product per row: exact
+
+
+@pytest.mark.parametrize("n", [None, 0, 3])
+@pytest.mark.parametrize("m", [0, 4])
+def test_matmul_with_no_rows_or_no_output_columns(backend, m, n):
+    a = twell.TwELLMatrix(backend.asarray(np.ones((m, 300))))
+    b = np.ones(300) if n is None else np.ones((300, n))
+    out = backend.to_host(a @ backend.asarray(b))
+    np.testing.assert_array_equal(out, np.ones((m, 300)) @ b)
+
+
+def test_matmul_with_no_columns_matrix(backend):
+    a = twell.TwELLMatrix(backend.asarray(np.zeros((4, 0))))
+    out = backend.to_host(a @ backend.asarray(np.zeros((0, 3))))
+    np.testing.assert_array_equal(out, np.zeros((4, 3)))
+
+
+def test_matvec_with_no_columns(backend):
+    """Regression: A @ v with A (M, 0) and v (0,) raised 'cannot reshape array of size 0 into
+    shape (0,newaxis)'; scipy gives zeros(M). Same for v @ A with A (0, K)."""
+    a = twell.TwELLMatrix(backend.asarray(np.zeros((3, 0))))
+    np.testing.assert_array_equal(backend.to_host(a @ backend.asarray(np.zeros(0))), np.zeros(3))
+    np.testing.assert_array_equal(backend.to_host(backend.asarray(np.zeros(0)) @ a.T),
+                                  np.zeros(3))
+
+
+# -- NaN and Inf ---------------------------------------------------------------------------
+
+@given(case=cases(values="any", max_rows=24), n=st.sampled_from([None, 1, 4, 9]),
+       seed=st.integers(0, 2**32 - 1))
+@edge_examples(n=3, seed=0)
+def test_nan_and_inf_propagate_like_scipy(backend, case, n, seed):
+    """NaN/Inf in A or B reach exactly the outputs they reach in scipy (only stored entries
+    multiply B: a NaN in B under an implicit zero of A stays out of the result)."""
+    m, k = case.dense.shape
+    rng = np.random.default_rng(seed)
+    b = rng.uniform(-2, 2, (k,) if n is None else (k, n))
+    b.reshape(-1)[rng.random(b.size) < 0.05] = np.nan
+    b.reshape(-1)[rng.random(b.size) < 0.05] = np.inf
+    a = twell.TwELLMatrix(backend.asarray(case.dense), tile_width=case.tile_width,
+                          slots=case.slots)
+    with np.errstate(all="ignore"):
+        want = sp.csr_array(case.dense) @ b
+        out = backend.to_host(a @ backend.asarray(b))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(out) & (out > 0), np.isinf(want) & (want > 0))
+    np.testing.assert_array_equal(np.isinf(out) & (out < 0), np.isinf(want) & (want < 0))
+    finite = np.isfinite(want)
+    assert rel_err(out[finite], want[finite]) <= 1e-12
+
+
+# -- errors ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("b_shape", [(3,), (3, 2), (301, 4)])
+def test_shape_mismatch_names_both_shapes(backend, b_shape):
+    a = twell.TwELLMatrix(backend.asarray(np.ones((5, 300))))
+    with pytest.raises(ValueError, match=r"\(5, 300\)") as info:
+        a @ backend.asarray(np.ones(b_shape))
+    assert str(tuple(b_shape)) in str(info.value)
+
+
+def test_rmatmul_shape_mismatch_names_the_users_shapes():
+    """Regression: the message of ``B @ A`` named the transposed shapes A.shape=(300, 5) and
+    other.shape=(3, 2), not the shapes the user wrote."""
+    a = twell.TwELLMatrix(np.ones((5, 300)))
+    with pytest.raises(ValueError) as info:
+        np.ones((2, 3)) @ a
+    assert "(2, 3)" in str(info.value) and "(5, 300)" in str(info.value)
+
+
+def test_rmatmul_shape_mismatch_is_a_value_error(backend):
+    a = twell.TwELLMatrix(backend.asarray(np.ones((5, 300))))
+    for shape in [(3,), (2, 3)]:
+        with pytest.raises(ValueError):
+            backend.asarray(np.ones(shape)) @ a
+
+
+@pytest.mark.parametrize("b", [np.float64(2.0), np.ones((300, 2, 2))], ids=["0-D", "3-D"])
+def test_operand_must_be_1d_or_2d(backend, b):
+    a = twell.TwELLMatrix(backend.asarray(np.ones((5, 300))))
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        a @ backend.asarray(b)
+
+
+def test_complex_operand_is_a_type_error(backend):
+    a = twell.TwELLMatrix(backend.asarray(np.ones((5, 300))))
+    with pytest.raises(TypeError, match="complex"):
+        a @ backend.asarray(np.ones((300, 2), dtype=np.complex128))
+
+
+def test_sparse_operands_are_a_type_error(backend):
+    a = twell.TwELLMatrix(backend.asarray(np.eye(3)))
+    with pytest.raises(TypeError, match="sparse @ sparse"):
+        a @ a
+    with pytest.raises(TypeError, match="sparse @ sparse"):
+        a @ backend.sparse(sp.csr_array(np.eye(3)))
+
+
+def test_star_is_not_matmul(backend):
+    a = twell.TwELLMatrix(backend.asarray(np.eye(3)))
+    with pytest.raises(TypeError, match="@"):
+        a * backend.asarray(np.ones((3, 3)))
+
+
+def test_mixing_cupy_matrix_and_numpy_operand_is_a_type_error(gpu):
+    a = twell.TwELLMatrix(gpu.asarray(np.eye(3)))
+    with pytest.raises(TypeError, match="NumPy"):
+        a @ np.ones((3, 2))
+    with pytest.raises(TypeError, match="NumPy"):
+        a @ np.ones(3)
+    with pytest.raises(TypeError, match="NumPy"):
+        np.ones((2, 3)) @ a
+
+
+def test_mixing_numpy_matrix_and_cupy_operand_is_a_type_error(gpu):
+    a = twell.TwELLMatrix(np.eye(3))
+    with pytest.raises(TypeError, match="NumPy"):
+        a @ gpu.asarray(np.ones((3, 2)))
+    with pytest.raises(TypeError, match="NumPy"):
+        gpu.asarray(np.ones(3)) @ a
+
+
+def test_python_lists_are_accepted_on_the_host():
+    a = twell.TwELLMatrix(np.array([[1.0, 0], [0, 2.0]]))
+    np.testing.assert_array_equal(a @ [1.0, 1.0], [1.0, 2.0])
