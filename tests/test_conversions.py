@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 from helpers import (
     BF16,
+    CUPY_FTZ,
     DTYPES,
     F16,
     F32,
@@ -19,8 +20,7 @@ from helpers import (
     canonical_csr,
     cast,
     dense_from_parts,
-    no_gpu_special_duplicates,
-    no_gpu_subnormals,
+    no_gpu_subnormal_results,
     tile_counts,
 )
 from hypothesis import given
@@ -60,7 +60,7 @@ def host_coo(backend, x):
 @given(case=cases())
 @edge_examples()
 def test_dense_round_trip_is_exact(backend, dtype, case):
-    x = no_gpu_subnormals(backend, cast(case.dense, dtype), dtype)
+    x = cast(case.dense, dtype)
     a = twell.TwELLMatrix(backend.asarray(x), tile_width=case.tile_width, slots=case.slots)
     a.validate()
     backend.poison()
@@ -93,8 +93,6 @@ def test_overflow_is_lossless(backend, case):
 def test_csr_round_trip_gives_scipy_canonical_csr(backend, case):
     """Non-canonical CSR in (explicit zeros, duplicates, unsorted) -> scipy's canonical form out."""
     csr, t, s = case
-    csr = sp.csr_array((no_gpu_special_duplicates(backend, csr.data), csr.indices, csr.indptr),
-                       shape=csr.shape)
     a = twell.TwELLMatrix(backend.sparse(csr), tile_width=t, slots=s)
     a.validate()
     backend.poison()
@@ -107,7 +105,6 @@ def test_csr_round_trip_gives_scipy_canonical_csr(backend, case):
 
 @given(case=coo_cases())
 def test_coo_duplicates_are_summed_and_zeros_dropped(backend, case):
-    case = case._replace(vals=no_gpu_special_duplicates(backend, case.vals))
     coo = sp.coo_array((case.vals, (case.rows, case.cols)), shape=case.shape)
     a = twell.TwELLMatrix(backend.sparse(coo), tile_width=case.tile_width, slots=case.slots)
     a.validate()
@@ -289,6 +286,7 @@ def test_canonical_form_whatever_the_path(backend, case):
             (base.counts, base.data, base.indices, base.overflow_indptr, base.overflow_indices,
              base.overflow_data), shape=dense.shape, tile_width=t),
         "copy": base.copy,
+        "times one": lambda: base * 1,
     }
     for name, path in paths.items():
         got = path()
@@ -303,7 +301,7 @@ def test_canonical_form_whatever_the_path(backend, case):
 @given(case=cases(values="any", max_rows=20, max_cols=300))
 def test_canonical_form_in_narrow_dtypes(backend, dtype, case):
     t, s = case.tile_width, case.slots
-    dense = no_gpu_subnormals(backend, case.dense, dtype)
+    dense = no_gpu_subnormal_results(backend, case.dense, dtype)
     x = cast(dense, dtype)
     want = twell.TwELLMatrix.from_dense(x, tile_width=t, slots=s)
     got = [
@@ -317,12 +315,15 @@ def test_canonical_form_in_narrow_dtypes(backend, dtype, case):
         assert_parts_equal(a, want)
 
 
-# -- known GPU bugs --------------------------------------------------------------------------
+# -- regressions found on the GPU --------------------------------------------------------------
 
-@pytest.mark.parametrize("path", ["twell", "ell", "astype"])
+@pytest.mark.parametrize("path", ["twell", "ell", pytest.param(
+    "astype", marks=pytest.mark.xfail(strict=True, reason=CUPY_FTZ))])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
 def test_subnormals_are_non_zeros_on_the_gpu(gpu, dtype, path):
-    """Regression guard: -1e-40 is a non-zero in float32 and bfloat16, on the GPU as in NumPy."""
+    """Regression: GPU float comparisons flushed float32/bfloat16 subnormals to zero, so TwELL
+    and ELL packing dropped -1e-40, a non-zero in NumPy. The astype path still loses it in
+    CuPy's cast (CUPY_FTZ)."""
     x = np.array([[-1e-40, 1.0, 0.0]])
     assert np.count_nonzero(cast(x, dtype)) == 2
     if path == "twell":
@@ -337,7 +338,8 @@ def test_subnormals_are_non_zeros_on_the_gpu(gpu, dtype, path):
 
 @pytest.mark.parametrize("fmt", ["coo", "csr"])
 def test_duplicates_with_inf_on_the_gpu(gpu, fmt):
-    """Regression guard: each row's duplicates are summed on their own."""
+    """Regression: on the GPU, summing duplicates (cupy's add.reduceat) let the Inf of row 0
+    spill into row 1: [[inf], [nan]] instead of [[inf], [-0.25]]."""
     rows, cols = np.array([0, 1, 0, 1, 0]), np.zeros(5, dtype=int)
     vals = np.array([np.inf, 1.0, 2.0, -1.25, 1.0])
     coo = sp.coo_array((vals, (rows, cols)), shape=(2, 1))

@@ -18,7 +18,7 @@ from helpers import (
     assert_parts_equal,
     cast,
     dense_from_parts,
-    no_gpu_subnormals,
+    no_gpu_subnormal_results,
     parts_of,
     rel_err,
     tile_counts,
@@ -41,7 +41,7 @@ def make(backend, case, dtype=F64):
 @given(case=cases(values="any"))
 @edge_examples()
 def test_astype_drops_entries_that_become_zero(backend, dtype, case):
-    case = case._replace(dense=no_gpu_subnormals(backend, case.dense, dtype))
+    case = case._replace(dense=no_gpu_subnormal_results(backend, case.dense, dtype))
     a = make(backend, case)
     before = dense_from_parts(a)
     b = a.astype(dtype)
@@ -90,7 +90,7 @@ SCALARS = [pytest.param(v, id=i) for v, i in [
 @pytest.mark.parametrize("scalar", SCALARS)
 @given(case=cases(values="any", max_rows=20, max_cols=300))
 @edge_examples(max_cols=300)
-def test_scalar_multiplication_like_scipy(request, backend, scalar, case):
+def test_scalar_multiplication_like_scipy(backend, scalar, case):
     """Values as scipy's ``A * s``; zeros it creates are dropped (scipy keeps them explicit)."""
     a = make(backend, case)
     with np.errstate(all="ignore"):
@@ -107,8 +107,9 @@ def test_scalar_multiplication_like_scipy(request, backend, scalar, case):
 @pytest.mark.parametrize("scalar", [3, -0.5, 0, np.nan, 1e-30], ids=["3", "-0.5", "0", "nan",
                                                                      "1e-30"])
 @given(case=cases(values="any", max_rows=20, max_cols=300))
-def test_scalar_multiplication_in_narrow_dtypes(request, backend, dtype, scalar, case):
+def test_scalar_multiplication_in_narrow_dtypes(backend, dtype, scalar, case):
     """A Python scalar keeps the dtype; the product is the stored value times s, rounded once."""
+    case = case._replace(dense=no_gpu_subnormal_results(backend, case.dense, dtype, scalar))
     a = make(backend, case, dtype)
     stored = dense_from_parts(a)
     with np.errstate(all="ignore"):
@@ -123,7 +124,7 @@ def test_scalar_multiplication_in_narrow_dtypes(request, backend, dtype, scalar,
                          ids=["2", "-4.0", "3", "0.1", "np.float64"])
 @given(case=cases(values="any", max_rows=20, max_cols=300))
 @edge_examples(max_cols=300)
-def test_division_by_a_scalar_like_scipy(request, backend, divisor, case):
+def test_division_by_a_scalar_like_scipy(backend, divisor, case):
     a = make(backend, case)
     with np.errstate(all="ignore"):
         want = (sp.csr_array(case.dense) / divisor).toarray()
@@ -135,7 +136,7 @@ def test_division_by_a_scalar_like_scipy(request, backend, divisor, case):
 
 @given(case=cases(values="any", max_rows=20, max_cols=300))
 @edge_examples(max_cols=300)
-def test_negation_like_scipy(request, backend, case):
+def test_negation_like_scipy(backend, case):
     a = make(backend, case)
     b = -a
     b.validate()
@@ -147,7 +148,7 @@ def test_negation_like_scipy(request, backend, case):
     (F16, np.float32(2.0), F32), (BF16, np.float32(2.0), F32), (F32, np.int64(2), F64),
     (F16, 2.0, F16), (BF16, 2, BF16),
 ], ids=["f16*np.f32", "bf16*np.f32", "f32*np.int64", "f16*float", "bf16*int"])
-def test_scalar_result_dtype(request, backend, dtype, scalar, result):
+def test_scalar_result_dtype(backend, dtype, scalar, result):
     a = twell.TwELLMatrix(backend.asarray(np.eye(3, dtype=dtype)))
     assert (a * scalar).dtype == result
     assert (scalar * a).dtype == result
@@ -162,7 +163,8 @@ def test_division_promotes_like_multiplication():
 
 @pytest.mark.parametrize("op", ["times", "divide", "negate"])
 def test_scalar_arithmetic_on_the_gpu(gpu, op):
-    """Regression guard: scalar arithmetic works on CuPy-backed matrices."""
+    """Regression: A * s, A / s and -A on CuPy-backed matrices raised TypeError 'Unsupported
+    type numpy.ndarray' (a 0-d NumPy array was handed to CuPy)."""
     a = twell.TwELLMatrix(gpu.asarray(np.array([[0.0, 2.0], [-4.0, 0.0]])))
     b = {"times": lambda: a * 2, "divide": lambda: a / 2, "negate": lambda: -a}[op]()
     want = {"times": [[0, 4.0], [-8.0, 0]], "divide": [[0, 1.0], [-2.0, 0]],
@@ -170,7 +172,7 @@ def test_scalar_arithmetic_on_the_gpu(gpu, op):
     assert_dense_equal(gpu.to_host(b.toarray()), want)
 
 
-def test_nan_scalar_keeps_padding_zero(request, backend):
+def test_nan_scalar_keeps_padding_zero(backend):
     """NaN * 0 is NaN: the unused slots must stay zero all the same."""
     a = twell.TwELLMatrix(backend.asarray(np.array([[1.0, 0, 0, 0], [0, 0, 0, 0]])),
                           tile_width=2, slots=2)

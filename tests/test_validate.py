@@ -22,7 +22,7 @@ def test_validate_passes_on_constructed_matrices(backend, dtype, case):
     t, s = case.tile_width, case.slots
     x = backend.asarray(cast(case.dense, dtype))
     a = twell.TwELLMatrix(x, tile_width=t, slots=s)
-    for m in (a, a.T, a.astype(np.float32), a.copy(), a.get(),
+    for m in (a, a.T, a * 2, -a, a.astype(np.float32), a.copy(), a.get(),
               twell.TwELLMatrix(a, tile_width=3, slots=2), twell.TwELLMatrix(x, tile_width=t)):
         m.validate()
 

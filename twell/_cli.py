@@ -66,7 +66,6 @@ _STUBS = (
     ("info", 5, "statistics of a matrix file: nnz per (row, tile), overflow, bytes per format"),
     ("convert", 5, "convert between .mtx, .npz, .npy and twell's file format"),
     ("show", 5, "draw the TwELL layout of a matrix file"),
-    ("bench", 3, "the GPU benchmark suite"),
 )
 
 
@@ -104,6 +103,12 @@ def build_parser():
     )
     demo.set_defaults(func=run_demo, parser=demo)
 
+    bench = sub.add_parser(
+        "bench", help="the GPU benchmark suite (benchmarks/bench.py of a source checkout)",
+        description="Run the GPU benchmark suite; arguments go to benchmarks/bench.py "
+                    "(see 'python benchmarks/bench.py --help').", add_help=False)
+    bench.set_defaults(func=_run_bench, accepts_extra=True, parser=bench)
+
     for name, issue, text in _STUBS:
         stub = sub.add_parser(name, help=f"{text} (not implemented yet)",
                               description=f"{text}. Not implemented yet (issue {issue}).")
@@ -130,6 +135,7 @@ def main(argv=None):
         # Only the placeholders take arbitrary arguments (their future ones).
         if extra and not getattr(args, "accepts_extra", False):
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.extra = extra
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     try:
@@ -151,6 +157,12 @@ def main(argv=None):
 def _error(line):
     sys.stdout.flush()  # keep stdout and stderr in order on a terminal
     print(line, file=sys.stderr)
+
+
+def _run_bench(args):
+    from . import _bench
+
+    return _bench.main(args.extra)
 
 
 def _not_implemented(args):
