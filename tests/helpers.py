@@ -117,29 +117,6 @@ class Backend:
             del blocks
 
 
-# -- known GPU limitation --------------------------------------------------------------------
-# CuPy's casts flush float32/bfloat16 subnormal results to zero (seen on an H200 with CuPy
-# 14.2): on the GPU, astype, dtype= and scalar products in those dtypes turn such values into
-# zeros, which then leave the matrix. test_cupy_casts_flush_subnormals pins it down; the
-# property tests steer around it on CuPy only, so that they keep checking everything else.
-CUPY_FTZ = ("CuPy's casts flush float32/bfloat16 subnormal results to zero, so on the GPU "
-            "astype/dtype=/scalar products drop them (known limitation, issue 2 follow-up)")
-
-
-def no_gpu_subnormal_results(backend, x, dtype, scale=1.0):
-    """``x`` with the values whose cast (times ``scale``) is a float32 subnormal set to zero,
-    on CuPy and for float32/bfloat16 only (see CUPY_FTZ)."""
-    if not backend.on_gpu or np.dtype(dtype) not in (F32, BF16):
-        return x
-    x = np.array(x, dtype=np.float64, copy=True)
-    tiny = np.finfo(np.float32).tiny * 1.001  # values that may round into the subnormals
-    with np.errstate(all="ignore"):
-        for v in (x, x * scale):
-            mag = np.abs(v)
-            x[(mag > 0) & (mag < tiny)] = 0
-    return x
-
-
 def cast(x, dtype):
     """``x.astype(dtype)`` without overflow warnings (overflow to Inf is the point)."""
     with np.errstate(all="ignore"):

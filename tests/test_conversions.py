@@ -9,7 +9,6 @@ import pytest
 import scipy.sparse as sp
 from helpers import (
     BF16,
-    CUPY_FTZ,
     DTYPES,
     F16,
     F32,
@@ -20,7 +19,6 @@ from helpers import (
     canonical_csr,
     cast,
     dense_from_parts,
-    no_gpu_subnormal_results,
     tile_counts,
 )
 from hypothesis import given
@@ -301,7 +299,7 @@ def test_canonical_form_whatever_the_path(backend, case):
 @given(case=cases(values="any", max_rows=20, max_cols=300))
 def test_canonical_form_in_narrow_dtypes(backend, dtype, case):
     t, s = case.tile_width, case.slots
-    dense = no_gpu_subnormal_results(backend, case.dense, dtype)
+    dense = case.dense
     x = cast(dense, dtype)
     want = twell.TwELLMatrix.from_dense(x, tile_width=t, slots=s)
     got = [
@@ -317,13 +315,12 @@ def test_canonical_form_in_narrow_dtypes(backend, dtype, case):
 
 # -- regressions found on the GPU --------------------------------------------------------------
 
-@pytest.mark.parametrize("path", ["twell", "ell", pytest.param(
-    "astype", marks=pytest.mark.xfail(strict=True, reason=CUPY_FTZ))])
+@pytest.mark.parametrize("path", ["twell", "ell", "astype"])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
 def test_subnormals_are_non_zeros_on_the_gpu(gpu, dtype, path):
     """Regression: GPU float comparisons flushed float32/bfloat16 subnormals to zero, so TwELL
-    and ELL packing dropped -1e-40, a non-zero in NumPy. The astype path still loses it in
-    CuPy's cast (CUPY_FTZ)."""
+    and ELL packing dropped -1e-40, a non-zero in NumPy; CuPy's own casts flush it too, so
+    astype and dtype= convert with twell_cast."""
     x = np.array([[-1e-40, 1.0, 0.0]])
     assert np.count_nonzero(cast(x, dtype)) == 2
     if path == "twell":

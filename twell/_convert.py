@@ -44,14 +44,17 @@ def dense(x, dtype=None, name="x"):
     vdtype = check_dense(x, name)
     if dtype is not None:
         vdtype = value_dtype(dtype)
-    return Dense(xp.ascontiguousarray(x, dtype=vdtype))
+    return Dense(_backend.backend(xp).cast(x, vdtype) if x.dtype != vdtype
+                 else xp.ascontiguousarray(x))
 
 
 def csr_from_coo(rows, cols, vals, shape, dtype=None):
     """Any COO triplet (NumPy or CuPy) -> canonical :class:`CSR`."""
     xp = _backend.array_module(rows, cols, vals)
     vdtype = value_dtype(vals.dtype if dtype is None else dtype, "data.dtype")
-    rows, cols, vals = _algorithms.canonical_coo(rows, cols, vals.astype(vdtype), shape)
+    if vals.dtype != vdtype:
+        vals = _backend.backend(xp).cast(vals, vdtype)
+    rows, cols, vals = _algorithms.canonical_coo(rows, cols, vals, shape)
     indptr, indices, vals = _algorithms.coo_to_csr(rows, cols, vals, shape[0])
     return CSR(indptr, xp.asarray(indices), vals, shape)
 

@@ -81,6 +81,27 @@ def _with_overflow(parts, offset, n_over, nt):
     )
 
 
+# -- dtype conversion --------------------------------------------------------
+
+def cast(values, dtype):
+    """``values`` converted to ``dtype`` (a new C-contiguous array), rounded once.
+
+    Float to float conversions run ``twell_cast``, which keeps subnormals (CuPy's casts
+    flush float32/bfloat16 subnormal results to zero); other sources use CuPy's cast.
+    """
+    dtype = np.dtype(dtype)
+    if values.dtype not in _kernels.CTYPES or values.dtype == dtype:
+        return cupy.ascontiguousarray(values).astype(dtype)
+    src = cupy.ascontiguousarray(values)
+    out = cupy.empty(src.shape, dtype=dtype)
+    if src.size:
+        kernel = _kernels.function("cast.cu", f"twell_cast<{_kernels.CTYPES[src.dtype]}, "
+                                              f"{_kernels.CTYPES[dtype]}>")
+        # One thread per element.
+        kernel(_blocks(src.size, _BLOCK), (_BLOCK,), (src, _i64(src.size), out))
+    return out
+
+
 # -- dense -> TwELL ---------------------------------------------------------
 
 def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset):

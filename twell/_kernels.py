@@ -52,6 +52,8 @@ INSTANCES = {
     "pack.cu": _vectored("twell_pack_dense") + _typed("twell_pack_csr"),
     "unpack.cu": (_vectored("twell_unpack_dense") + _typed("twell_scatter_csr")
                   + _typed("twell_slots_to_csr") + ["twell_layout_probe"]),
+    "cast.cu": [f"twell_cast<{CTYPES[a]}, {CTYPES[b]}>" for a in SUPPORTED_DTYPES
+                for b in SUPPORTED_DTYPES if a != b],
     "spmm.cu": (_vectored("twell_spmm_rows") + _typed("twell_spmv")
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
@@ -59,8 +61,9 @@ INSTANCES = {
                    for w, g, st in MMA_SHAPES]),
 }
 
-#: nvcc/NVRTC options shared by the loader and the CI compile.
-OPTIONS = ("-std=c++17",)
+#: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
+#: are values like any other (and non-zeros).
+OPTIONS = ("-std=c++17", "-ftz=false")
 
 
 def source_dir():

@@ -24,6 +24,11 @@ from ._algorithms import (  # noqa: F401 - tile_counts_csr is part of this backe
 from ._validation import accumulator_dtype
 
 
+def cast(values, dtype):
+    """``values`` converted to ``dtype`` (a new C-contiguous array), rounded once."""
+    return np.ascontiguousarray(values).astype(dtype)
+
+
 def tile_counts_dense(dense, tile_width):
     """Non-zeros of every (row, tile) of a dense matrix, int32 (M, n_tiles)."""
     m, k = dense.shape

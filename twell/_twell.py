@@ -425,7 +425,7 @@ class TwELLMatrix:
         dtype = value_dtype(dtype)
         if dtype == self.dtype:
             return self.copy() if copy else self
-        return self._map_values(lambda v: v.astype(dtype))
+        return self._map_values(lambda v: _backend_of(self._xp).cast(v, dtype))
 
     def _map_values(self, fn):
         """Apply ``fn`` to the stored values, then restore the canonical form.
@@ -433,10 +433,10 @@ class TwELLMatrix:
         Padding slots stay zero whatever ``fn`` does to zero (NaN * 0), and
         entries that ``fn`` turns into zeros leave the matrix.
         """
-        xp, p = self._xp, self._parts
+        p = self._parts
         mask = _algorithms.slot_mask(p.counts, self.slots)
-        new = fn(p.data)
-        data = xp.where(mask, new, xp.zeros((), dtype=new.dtype)).astype(new.dtype)
+        data = fn(p.data)  # a new array
+        data[~mask] = 0
         over = fn(p.overflow_data)
         lost = (int((mask & ~_algorithms.is_nonzero(data)).sum())
                 + int((~_algorithms.is_nonzero(over)).sum()))  # host sync
@@ -520,8 +520,9 @@ class TwELLMatrix:
         dtype = self.dtype if isinstance(other, (int, float)) else result_dtype(
             self.dtype, np.asarray(other).dtype)
         scalar = float(np.float64(other))  # a Python float: CuPy takes no NumPy 0-d arrays
+        cast = _backend_of(self._xp).cast
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return self._map_values(lambda v: op(v.astype(np.float64), scalar).astype(dtype))
+            return self._map_values(lambda v: cast(op(v.astype(np.float64), scalar), dtype))
 
     def __mul__(self, other):
         return self._scalar_op(other, np.multiply, "*")
