@@ -117,6 +117,30 @@ class Backend:
             del blocks
 
 
+# -- known GPU limitation --------------------------------------------------------------------
+# On the GPU, conversions of float32 (and bfloat16, which goes through float32) subnormals are
+# still flushed to zero, by CuPy's casts and, as the H200 run of 2026-12-02 showed, by
+# twell_cast too despite -ftz=false (float16 conversions are exact). astype, dtype= and scalar
+# products in those dtypes then drop such entries on the GPU. test_cast_kernel_* pins it down;
+# the property tests steer around it on CuPy only, so that they keep checking everything else.
+GPU_FTZ = ("on the GPU, float32/bfloat16 conversions flush subnormals to zero (twell_cast "
+           "included); known limitation, issue 2 follow-up")
+
+
+def no_gpu_subnormal_results(backend, x, dtype, scale=1.0):
+    """``x`` with the values whose cast (times ``scale``) is a float32 subnormal set to zero,
+    on CuPy and for float32/bfloat16 only (see GPU_FTZ)."""
+    if not backend.on_gpu or np.dtype(dtype) not in (F32, BF16):
+        return x
+    x = np.array(x, dtype=np.float64, copy=True)
+    tiny = np.finfo(np.float32).tiny * 1.001  # values that may round into the subnormals
+    with np.errstate(all="ignore"):
+        for v in (x, x * scale):
+            mag = np.abs(v)
+            x[(mag > 0) & (mag < tiny)] = 0
+    return x
+
+
 def cast(x, dtype):
     """``x.astype(dtype)`` without overflow warnings (overflow to Inf is the point)."""
     with np.errstate(all="ignore"):
