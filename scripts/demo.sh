@@ -10,32 +10,8 @@
 # name it, e.g. TWELL_EXTRAS=cuda12 bash scripts/demo.sh (or cuda13).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${TWELL_VENV:-$ROOT/.venv}
-cd "$ROOT"
-
-if ! "$VENV/bin/python" -c "" 2>/dev/null; then
-    echo "demo.sh: creating the virtual environment $VENV"
-    "${PYTHON:-python3}" -m venv --clear "$VENV"
-fi
-
-echo "demo.sh: installing twell from $ROOT into $VENV"
-# Build from a snapshot of the working tree (tracked files and untracked ones
-# that git does not ignore), as from a fresh clone: setuptools never clears its
-# build/ folder in the source tree, so a module deleted from twell/ would live
-# on in the wheel, and two builds in one checkout at once would collide there.
-SRC=$ROOT
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    SRC=$(mktemp -d)
-    trap 'rm -rf "$SRC"' EXIT
-    git ls-files -z --cached --others --exclude-standard |
-        while IFS= read -r -d '' f; do
-            if [ -e "$f" ]; then printf '%s\0' "$f"; fi  # skip deleted, uncommitted files
-        done |
-        tar --null -T - -cf - | tar -xf - -C "$SRC"
-fi
-(cd "$SRC" && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    ".${TWELL_EXTRAS:+[$TWELL_EXTRAS]}")
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+install_twell demo.sh "${TWELL_EXTRAS:-}"
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 \
         && ! "$VENV/bin/python" -c "import cupy" 2>/dev/null; then

@@ -9,33 +9,9 @@
 # Exit status: pytest's, except that "no tests collected" (5) is a failure.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${TWELL_VENV:-$ROOT/.venv}
-cd "$ROOT"
-
-if ! "$VENV/bin/python" -c "" 2>/dev/null; then
-    echo "test.sh: creating the virtual environment $VENV"
-    "${PYTHON:-python3}" -m venv --clear "$VENV"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+install_twell test.sh test
 PY=$VENV/bin/python
-
-echo "test.sh: installing twell[test] from $ROOT into $VENV"
-# Build from a snapshot of the working tree (tracked files and untracked ones
-# that git does not ignore), as from a fresh clone: setuptools never clears its
-# build/ folder in the source tree, so a module deleted from twell/ would live
-# on in the wheel, and two builds in one checkout at once would collide there.
-SRC=$ROOT
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    SRC=$(mktemp -d)
-    trap 'rm -rf "$SRC"' EXIT
-    git ls-files -z --cached --others --exclude-standard |
-        while IFS= read -r -d '' f; do
-            if [ -e "$f" ]; then printf '%s\0' "$f"; fi  # skip deleted, uncommitted files
-        done |
-        tar --null -T - -cf - | tar -xf - -C "$SRC"
-fi
-(cd "$SRC" && "$PY" -m pip install --quiet --disable-pip-version-check \
-    ".[test]")
 
 # Test the installed package, not the checkout's twell/ folder. Both
 # "python -m pytest" (the working directory first on sys.path) and pytest's
