@@ -366,3 +366,12 @@ def test_any_float_scalar_gives_a_valid_matrix(scalar):
         want = (sp.csr_array(x) * scalar).toarray()
     b.validate()
     assert_dense_equal(dense_from_parts(b), want)
+
+
+def test_numpy_float64_scalar_promotes_like_numpy():
+    """Regression: np.float64 is a float subclass, and A * np.float64(2) kept float32; NumPy 2
+    (NEP 50) gives float64 for a float32 array times a NumPy float64 scalar."""
+    a = twell.TwELLMatrix(np.eye(3, dtype=np.float32))
+    want = (np.eye(3, dtype=np.float32) * np.float64(2)).dtype
+    assert (a * np.float64(2)).dtype == want == F64
+    assert (a * 2.0).dtype == F32

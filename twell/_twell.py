@@ -517,7 +517,9 @@ class TwELLMatrix:
                 f"TwELLMatrix {symbol} x supports real scalars only (elementwise); use @ for "
                 f"matrix products; got {type(other).__name__}"
             )
-        dtype = self.dtype if isinstance(other, (int, float)) else result_dtype(
+        # Python int/float are weak (NEP 50): they keep the matrix dtype; NumPy scalars,
+        # np.float64 included (a float subclass), promote like arrays.
+        dtype = self.dtype if type(other) in (int, float) else result_dtype(
             self.dtype, np.asarray(other).dtype)
         scalar = float(np.float64(other))  # a Python float: CuPy takes no NumPy 0-d arrays
         cast = _backend_of(self._xp).cast
