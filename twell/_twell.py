@@ -525,7 +525,7 @@ class TwELLMatrix:
         scalar = float(np.float64(other))  # a Python float: CuPy takes no NumPy 0-d arrays
         cast = _backend_of(self._xp).cast
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return self._map_values(lambda v: cast(op(v.astype(np.float64), scalar), dtype))
+            return self._map_values(lambda v: cast(op(cast(v, np.float64), scalar), dtype))
 
     def __mul__(self, other):
         return self._scalar_op(other, np.multiply, "*")
@@ -548,7 +548,7 @@ class TwELLMatrix:
         if axis not in (None, 0, 1, -1, -2):
             raise ValueError(f"axis must be None, 0 or 1; got axis={axis!r}")
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
-        vals = vals.astype(np.float64)
+        vals = _backend_of(xp).cast(vals, np.float64)
         if axis is None:
             return vals.sum().astype(self.dtype)[()]
         axis %= 2
@@ -591,12 +591,14 @@ def _matmul(a, b):
             f"(A.shape[1]={k} must equal other.shape[0]={b.shape[0]})"
         )
     out_dtype = result_dtype(a.dtype, value_dtype(b.dtype, "other.dtype"))
+    cast = _backend_of(xp).cast
     parts = a._parts
     if parts.data.dtype != out_dtype:
-        parts = parts._replace(data=parts.data.astype(out_dtype),
-                               overflow_data=parts.overflow_data.astype(out_dtype))
+        parts = parts._replace(data=cast(parts.data, out_dtype),
+                               overflow_data=cast(parts.overflow_data, out_dtype))
     vector = b.ndim == 1
-    b2 = xp.ascontiguousarray(b.reshape(k, 1) if vector else b, dtype=out_dtype)
+    b2 = b.reshape(k, 1) if vector else b
+    b2 = cast(b2, out_dtype) if b2.dtype != out_dtype else xp.ascontiguousarray(b2)
     out = _backend_of(xp).spmm(parts, a.shape, a.tile_width, b2, out_dtype)
     return out.reshape(m) if vector else out
 
