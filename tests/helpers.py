@@ -117,12 +117,12 @@ class Backend:
             del blocks
 
 
-# -- known GPU limitation --------------------------------------------------------------------
-# On the GPU, conversions of float32 (and bfloat16, which goes through float32) subnormals are
-# still flushed to zero, by CuPy's casts and, as the H200 run of 2026-12-02 showed, by
-# twell_cast too despite -ftz=false (float16 conversions are exact). astype, dtype= and scalar
-# products in those dtypes then drop such entries on the GPU. test_cast_kernel_* pins it down;
-# the property tests steer around it on CuPy only, so that they keep checking everything else.
+# -- known GPU limitation (fix pending a GPU run) -------------------------------------------
+# The H200 run of 2026-12-02 showed float32/bfloat16 subnormals flushed to zero in GPU
+# conversions: CuPy compiles every kernel with -ftz=true (cupy/cupy#9576), its own casts and
+# the first twell_cast alike. twell_cast now converts in integer and double arithmetic
+# (checked on the CPU by test_cast_host.py) and should keep them: the next GPU run is expected
+# to turn the strict xfails below into XPASS failures; then remove GPU_FTZ and the steering.
 GPU_FTZ = ("on the GPU, float32/bfloat16 conversions flush subnormals to zero (twell_cast "
            "included); known limitation, issue 2 follow-up")
 
