@@ -1,0 +1,108 @@
+"""matmul_to_twell and sparse_ffn against float64 NumPy references."""
+
+import numpy as np
+import pytest
+from helpers import BF16, F16, F32, F64, MATMUL_RTOL, cast, rel_err
+from hypothesis import given
+from hypothesis import strategies as st
+
+import twell
+from twell._ffn import matmul_to_twell, sparse_ffn
+
+DTYPES = [F64, F32, F16, BF16]
+IDS = ["f64", "f32", "f16", "bf16"]
+
+
+@st.composite
+def ffn_shapes(draw):
+    m = draw(st.integers(0, 40))
+    d_model = draw(st.integers(1, 48))
+    hidden = draw(st.sampled_from([1, 7, 16, 255, 256, 257, 600]))
+    tile_width = draw(st.sampled_from([1, 8, 256]))
+    slots = draw(st.sampled_from(["auto", 1, min(3, tile_width)]))
+    bias = draw(st.floats(-1.5, 1.5))  # shifts the gate: sparser or denser activations
+    return m, d_model, hidden, tile_width, slots, bias
+
+
+def _weights(rng, m, d_model, hidden, bias, dtype):
+    x = cast(rng.standard_normal((m, d_model)), dtype)
+    w_gate = rng.standard_normal((hidden, d_model)) / np.sqrt(d_model)
+    w_gate[:, 0] -= bias  # x[:, 0] = 1 below: a bias column sets the sparsity
+    x[:, 0] = 1
+    w_up = rng.standard_normal((hidden, d_model)) / np.sqrt(d_model)
+    w_down = rng.standard_normal((d_model, hidden)) / np.sqrt(hidden)
+    return x, cast(w_gate, dtype), cast(w_up, dtype), cast(w_down, dtype)
+
+
+def _f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@given(shapes=ffn_shapes(), seed=st.integers(0, 2**32 - 1))
+def test_matmul_to_twell_is_relu_of_the_product(backend, dtype, shapes, seed):
+    rng = np.random.default_rng(seed)
+    m, d_model, hidden, t, s, bias = shapes
+    x, w, _, _ = _weights(rng, m, d_model, hidden, bias, dtype)
+    a = matmul_to_twell(backend.asarray(x), backend.asarray(w), tile_width=t, slots=s)
+    a.validate()
+    assert a.shape == (m, hidden) and a.dtype == dtype and a.tile_width == t
+    want = np.maximum(_f64(x) @ _f64(w).T, 0)
+    got = _f64(backend.to_host(a.toarray()))
+    assert rel_err(got, want) <= MATMUL_RTOL[dtype]
+    assert not (got < 0).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "plain"])
+@given(shapes=ffn_shapes(), seed=st.integers(0, 2**32 - 1))
+def test_sparse_ffn_matches_the_dense_layer(backend, dtype, gated, shapes, seed):
+    rng = np.random.default_rng(seed)
+    m, d_model, hidden, t, s, bias = shapes
+    x, wg, wu, wd = _weights(rng, m, d_model, hidden, bias, dtype)
+    got = sparse_ffn(backend.asarray(x), backend.asarray(wg) if gated else None,
+                     backend.asarray(wu), backend.asarray(wd), gated=gated, tile_width=t,
+                     slots=s)
+    assert got.shape == (m, d_model) and got.dtype == dtype
+    hidden_act = np.maximum(_f64(x) @ _f64(wg if gated else wu).T, 0)
+    if gated:
+        hidden_act = hidden_act * (_f64(x) @ _f64(wu).T)
+    want = hidden_act @ _f64(wd).T
+    # The hidden activations are rounded to the dtype before the down projection, so the
+    # error is bounded relative to |h| @ |w_down|^T, not to the (possibly cancelling) output.
+    scale = np.linalg.norm(np.abs(hidden_act) @ np.abs(_f64(wd)).T)
+    err = np.linalg.norm(_f64(backend.to_host(got)) - want)
+    assert err <= 3 * MATMUL_RTOL[dtype] * scale + 1e-300
+
+
+def test_sparse_ffn_on_a_shape_the_reference_kernels_cannot_run(rng):
+    # Issue 4's example shape, scaled down in M and N to stay fast: K = 4096 is not 2048.
+    x, wg, wu, wd = _weights(rng, 37, 4096 // 16, 1100, 1.0, BF16)
+    got = sparse_ffn(x, wg, wu, wd)
+    want = (np.maximum(_f64(x) @ _f64(wg).T, 0) * (_f64(x) @ _f64(wu).T)) @ _f64(wd).T
+    assert rel_err(_f64(got), want) <= 1e-2
+
+
+@pytest.mark.parametrize("which", ["w_gate", "w_up", "w_down"])
+def test_a_transposed_weight_is_named(which):
+    x = np.ones((3, 8))
+    weights = {"w_gate": np.ones((16, 8)), "w_up": np.ones((16, 8)), "w_down": np.ones((8, 16))}
+    weights[which] = weights[which].T
+    with pytest.raises(ValueError, match=rf"{which} must have nn.Linear's shape .*transposed"):
+        sparse_ffn(x, weights["w_gate"], weights["w_up"], weights["w_down"])
+
+
+def test_matmul_to_twell_errors():
+    with pytest.raises(ValueError, match=r"w must have nn.Linear's shape \(N, K\)"):
+        matmul_to_twell(np.ones((2, 3)), np.ones((4, 5)))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        matmul_to_twell(np.ones((2, 3)), np.ones((4, 3)), activation="gelu")
+    with pytest.raises(TypeError, match="x.dtype must be one of"):
+        matmul_to_twell(np.ones((2, 3), dtype=complex), np.ones((4, 3)))
+
+
+def test_plain_ffn_needs_no_gate_weight():
+    x = np.eye(2)
+    got = sparse_ffn(x, None, np.array([[1.0, 0], [0, -1.0]]), np.eye(2), gated=False)
+    np.testing.assert_array_equal(got, [[1.0, 0.0], [0.0, 0.0]])
+    assert isinstance(twell.TwELLMatrix(x), twell.TwELLMatrix)

@@ -1,0 +1,190 @@
+"""Sparse feed-forward layers: activations produced straight into TwELL, and the gated FFN.
+
+The paper's use case (ReLU-sparse feed-forward layers): ``relu(x @ w.T)`` is packed into TwELL
+as it is produced, and the gated FFN computes the up projection only where the gate is
+non-zero. Weights follow PyTorch's ``nn.Linear`` layout: ``(out_features, in_features)``.
+
+These functions are written once over the array module of their inputs. Today they compose
+the library's own pieces (a dense product, the activation, the packing kernel, the SpMM); the
+fused GPU kernels that skip the dense intermediate are future work (issue 4).
+"""
+
+import numpy as np
+
+from . import _algorithms, _backend, _convert, _layout
+from ._twell import TwELLMatrix, _matmul, _pack
+from ._validation import accumulator_dtype, result_dtype, value_dtype
+
+#: Activations whose zeros make the output sparse.
+ACTIVATIONS = ("relu",)
+
+# Bound on the temporary (entries x d_model) block of the gated up projection, in elements.
+_UP_CHUNK = 1 << 22
+
+
+def _array(x, name, xp):
+    if not (isinstance(x, np.ndarray) or _backend.is_cupy_array(x)):
+        x = xp.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D; got {name}.shape={x.shape}")
+    value_dtype(x.dtype, f"{name}.dtype")
+    return x
+
+
+def _check_linear(w, name, out_features, in_features, out_name, in_name):
+    """``w`` must be ``(out_features, in_features)``, nn.Linear's layout."""
+    if w.shape != (out_features, in_features):
+        hint = " (transposed?)" if w.shape == (in_features, out_features) else ""
+        raise ValueError(
+            f"{name} must have nn.Linear's shape ({out_name}, {in_name}) = "
+            f"({out_features}, {in_features}); got {name}.shape={w.shape}{hint}"
+        )
+
+
+def _activate(z, activation):
+    xp = _backend.array_module(z)
+    if activation == "relu":
+        return xp.maximum(z, 0)
+    raise ValueError(f"activation must be one of {ACTIVATIONS}; got activation={activation!r}")
+
+
+def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_WIDTH,
+                    slots="auto"):
+    """``activation(x @ w.T)`` as a TwELLMatrix.
+
+    Parameters
+    ----------
+    x : ndarray, shape (M, K)
+        Inputs (NumPy or CuPy), e.g. a batch of tokens.
+    w : ndarray, shape (N, K)
+        Weights in ``nn.Linear`` layout (``out_features, in_features``).
+    activation : {"relu"}
+        Applied before packing; its zeros are not stored.
+    tile_width, slots
+        As for :class:`TwELLMatrix`.
+
+    Returns
+    -------
+    TwELLMatrix
+        Shape (M, N), dtype of NumPy's promotion of ``x`` and ``w``; products accumulate in
+        float32 (float64 for float64 inputs) and round once to that dtype.
+
+    Raises
+    ------
+    ValueError
+        When ``w`` is not ``(N, K)`` (a transposed weight is named as such) or the activation
+        is unknown.
+
+    Notes
+    -----
+    This version computes the dense product, applies the activation and packs it; the fused
+    GPU kernel that packs in the GEMM's epilogue, never writing the dense intermediate, is
+    future work.
+
+    Examples
+    --------
+    >>> import numpy as np, twell
+    >>> x = np.array([[1.0, -1.0], [2.0, 0.5]])
+    >>> w = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    >>> twell.matmul_to_twell(x, w).toarray()
+    array([[1. , 0. , 0. ],
+           [2. , 0.5, 2.5]])
+    """
+    xp = _backend.array_module(x, w)
+    x, w = _array(x, "x", xp), _array(w, "w", xp)
+    m, k = x.shape
+    if w.ndim != 2 or w.shape[1] != k:
+        raise ValueError(
+            f"w must have nn.Linear's shape (N, K) with K = x.shape[1] = {k}; got "
+            f"w.shape={w.shape}" + (" (transposed?)" if w.shape[0] == k else "")
+        )
+    out = result_dtype(x.dtype, w.dtype)
+    acc = accumulator_dtype(out)
+    z = _activate(xp.matmul(x.astype(acc), w.astype(acc).T), activation)
+    return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots, dtype=out)
+
+
+def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
+               tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
+    """A ReLU-sparse feed-forward layer through TwELL.
+
+    Gated: ``(relu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T``, the up projection computed only
+    where the gate is non-zero. Not gated: ``relu(x @ w_up.T) @ w_down.T`` (``w_gate`` unused,
+    may be None).
+
+    Parameters
+    ----------
+    x : ndarray, shape (M, d_model)
+    w_gate, w_up : ndarray, shape (hidden, d_model)
+        ``nn.Linear`` weights of the gate and up projections.
+    w_down : ndarray, shape (d_model, hidden)
+        ``nn.Linear`` weight of the down projection.
+    gated : bool
+    activation, tile_width, slots
+        As for :func:`matmul_to_twell`.
+
+    Returns
+    -------
+    ndarray, shape (M, d_model)
+        Same array library as ``x``; dtype of NumPy's promotion of the inputs.
+
+    Raises
+    ------
+    ValueError
+        On any weight whose shape is not its ``nn.Linear`` layout (a transposed weight is
+        named as such).
+
+    Examples
+    --------
+    >>> import numpy as np, twell
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.standard_normal((4, 8))
+    >>> wg, wu, wd = (rng.standard_normal(s) for s in [(16, 8), (16, 8), (8, 16)])
+    >>> want = (np.maximum(x @ wg.T, 0) * (x @ wu.T)) @ wd.T
+    >>> bool(np.allclose(twell.sparse_ffn(x, wg, wu, wd), want))
+    True
+    """
+    xp = _backend.array_module(x, w_gate if gated else None, w_up, w_down)
+    x = _array(x, "x", xp)
+    m, d_model = x.shape
+    w_up = _array(w_up, "w_up", xp)
+    # hidden is w_up's dimension that is not d_model, so that a transposed w_up is named.
+    hidden = w_up.shape[0] if w_up.shape[1] == d_model else w_up.shape[1]
+    _check_linear(w_up, "w_up", hidden, d_model, "hidden", "d_model")
+    w_down = _array(w_down, "w_down", xp)
+    _check_linear(w_down, "w_down", d_model, hidden, "d_model", "hidden")
+    weights = [w_up, w_down]
+    if gated:
+        w_gate = _array(w_gate, "w_gate", xp)
+        _check_linear(w_gate, "w_gate", hidden, d_model, "hidden", "d_model")
+        weights.append(w_gate)
+    out = x.dtype
+    for w in weights:
+        out = result_dtype(out, w.dtype)
+    if not gated:
+        h = matmul_to_twell(x, w_up, activation, tile_width=tile_width, slots=slots)
+        return _matmul(h.astype(out, copy=False), w_down.T)
+    gate = matmul_to_twell(x, w_gate, activation, tile_width=tile_width, slots=slots)
+    return _matmul(_gate_times_up(gate, x, w_up, out), w_down.T)
+
+
+def _gate_times_up(gate, x, w_up, out):
+    """TwELL ``gate * (x @ w_up.T)``, the up projection computed at the gate's entries only.
+
+    Same tile width and slots as ``gate``; entries whose product is zero leave the matrix.
+    """
+    xp = _backend.array_module(x)
+    cast = _backend.backend(xp).cast
+    acc = accumulator_dtype(out)
+    rows, cols, g = _algorithms.to_coo(gate._parts, gate.shape, gate.tile_width)
+    up = xp.empty(rows.size, dtype=acc)
+    step = max(1, _UP_CHUNK // max(x.shape[1], 1))
+    for lo in range(0, rows.size, step):  # chunks bound memory; not a loop over entries
+        hi = lo + step
+        up[lo:hi] = (cast(x[rows[lo:hi]], acc) * cast(w_up[cols[lo:hi]], acc)).sum(axis=1)
+    h = cast(cast(g, acc) * up, out)
+    keep = _algorithms.is_nonzero(h)
+    rows, cols, h = rows[keep], cols[keep], h[keep]
+    src = _convert.CSR(*_algorithms.coo_to_csr(rows, cols, h, gate.shape[0]), gate.shape)
+    return TwELLMatrix._from_parts(_pack(src, gate.tile_width, gate.slots), gate.shape,
+                                   gate.tile_width)
