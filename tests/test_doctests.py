@@ -2,6 +2,7 @@
 
 import doctest
 import importlib
+import importlib.util
 import pkgutil
 
 import numpy as np
@@ -18,8 +19,15 @@ MODULES = sorted(
 )
 
 
+# Modules whose examples draw with matplotlib, an optional extra.
+PLOT_MODULES = {"twell.plot"}
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_module_doctests(name):
+    if name in PLOT_MODULES and not HAVE_MATPLOTLIB:
+        pytest.skip("matplotlib is not installed (pip install 'twell[plot]')")
     module = importlib.import_module(name)
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
