@@ -8,12 +8,13 @@ rest go, losslessly, to a CSR overflow part. The same API runs on NumPy
 Public API
 ----------
 TwELLMatrix, ELLMatrix, from_packed, auto_slots, bfloat16, cuda_available,
-matmul_to_twell, sparse_ffn.
+matmul_to_twell, sparse_ffn, save, load.
 """
 
 from ._backend import cupy_available as cuda_available
 from ._ell import ELLMatrix
 from ._ffn import matmul_to_twell, sparse_ffn
+from ._io import load, save
 from ._layout import AUTO_OVERFLOW_FRACTION, DEFAULT_TILE_WIDTH, auto_slots
 from ._twell import TwELLMatrix
 from ._validation import SUPPORTED_DTYPES, bfloat16
@@ -32,6 +33,8 @@ __all__ = [
     "bfloat16",
     "cuda_available",
     "from_packed",
+    "load",
     "matmul_to_twell",
+    "save",
     "sparse_ffn",
 ]

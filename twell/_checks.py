@@ -87,3 +87,26 @@ def validate_parts(parts, shape, tile_width):
         _expect((ocols > last).all(),
                 "overflow: the slots must hold the first entries of a tile by column; an overflow "
                 "entry precedes a slot entry")
+
+
+def validate_ell(data, indices, shape):
+    """Raise TypeError/ValueError naming the first broken invariant of ELL storage arrays."""
+    m, k = shape
+    if data.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"data must have a dtype among {SUPPORTED_DTYPES}; got {data.dtype}")
+    _dtype("indices", indices, np.dtype(np.int32))
+    if data.ndim != 2 or data.shape[0] != m:
+        raise ValueError(f"data must have shape (M, width) with M = {m}; got {data.shape}")
+    if indices.shape != data.shape:
+        raise ValueError(f"indices must have the shape of data {data.shape}; got {indices.shape}")
+    for name, a in (("data", data), ("indices", indices)):
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous")
+    used = is_nonzero(data)
+    if data.shape[1] > 1:
+        _expect((used[:, :-1] | ~used[:, 1:]).all(),
+                "data: an entry follows a padding slot (entries must come first in each row)")
+        _expect((~used[:, 1:] | (indices[:, 1:] > indices[:, :-1])).all(),
+                "indices: columns must be strictly increasing within a row")
+    _expect((~used | ((indices >= 0) & (indices < k))).all(), f"indices must be in [0, K={k})")
+    _expect((used | (indices == 0)).all(), "indices: a padding slot is not zero")

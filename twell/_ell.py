@@ -109,6 +109,20 @@ class ELLMatrix:
         m, k = self.shape
         return f"<ELLMatrix {m}x{k}, dtype={self.dtype}, nnz={self.nnz}, width={self.width}>"
 
+    def validate(self):
+        """Check every invariant of the storage arrays.
+
+        Raises
+        ------
+        TypeError
+            An array of the wrong kind or dtype.
+        ValueError
+            A broken invariant; the message names it.
+        """
+        from ._checks import validate_ell
+
+        validate_ell(self.data, self.indices, self.shape)
+
     def _coo(self):
         xp = _backend.array_module(self.data)
         rows, slot = xp.nonzero(_algorithms.is_nonzero(self.data))  # sorted by (row, column)

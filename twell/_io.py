@@ -1,0 +1,366 @@
+"""twell's file format: :func:`save` and :func:`load`.
+
+A twell file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, written
+uncompressed unless asked) holding one :class:`TwELLMatrix` or
+:class:`ELLMatrix`. Every field is a plain numeric or string array, so the
+file is read with ``allow_pickle=False``: loading never runs code from the
+file. Format version 1 has these fields, and no others:
+
+=================  ===========  =================================================
+field              dtype        value
+=================  ===========  =================================================
+``twell_format``   str, 0-d     ``"TwELLMatrix"`` or ``"ELLMatrix"``
+``twell_version``  int64, 0-d   ``1``
+``shape``          int64 (2,)   ``(M, K)``
+``dtype``          str, 0-d     ``"float64"``, ``"float32"``, ``"float16"`` or
+                                ``"bfloat16"``: the value dtype
+=================  ===========  =================================================
+
+A TwELLMatrix adds ``tile_width`` (int64, 0-d) and its six storage arrays
+with their in-memory dtypes and shapes: ``counts`` (int32), ``data``,
+``indices`` (uint16), ``overflow_indptr`` (int64), ``overflow_indices``
+(int32), ``overflow_data``. An ELLMatrix adds ``data`` and ``indices``
+(int32). Value arrays have the dtype that ``dtype`` names, except
+bfloat16, which ``.npy`` cannot describe without pickling: its values are
+stored as their uint16 bit patterns.
+
+An ``.npz`` file is a twell file when it has the field ``twell_format``
+(the member ``twell_format.npy``); ``scipy.sparse.save_npz`` files have a
+``format`` field instead. :func:`npz_kind` applies this rule.
+
+Loading checks the archive (zip structure and the CRC-32 of every member),
+the version, that every field is present and no other, every field's dtype
+and shape, then every invariant of the matrix (``validate()``). A
+truncated, corrupted or tampered file is a ``ValueError`` whose message
+names the file and the problem.
+"""
+
+import os
+import zipfile
+
+import numpy as np
+
+from . import _layout
+from ._validation import SUPPORTED_DTYPES, bfloat16, check_shape, check_tile_width
+
+#: The version this twell writes and reads.
+FORMAT_VERSION = 1
+
+#: Name of the field that marks a twell file (and tells which class it holds).
+MARKER = "twell_format"
+
+_DTYPES = {str(d): d for d in SUPPORTED_DTYPES}  # "float64", ..., "bfloat16"
+_COMMON = (MARKER, "twell_version", "shape", "dtype")
+_TWELL_ARRAYS = ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+                 "overflow_data")
+_FIELDS = {
+    "TwELLMatrix": _COMMON + ("tile_width",) + _TWELL_ARRAYS,
+    "ELLMatrix": _COMMON + ("data", "indices"),
+}
+# Index arrays: (dtype, ndim). Value arrays take the dtype the "dtype" field names.
+_INDEX_ARRAYS = {
+    "counts": (_layout.COUNT_DTYPE, 2),
+    "indices": (_layout.INDEX_DTYPE, 3),
+    "overflow_indptr": (_layout.OVERFLOW_INDPTR_DTYPE, 1),
+    "overflow_indices": (_layout.OVERFLOW_INDEX_DTYPE, 1),
+}
+_ELL_INDEX_DTYPE = np.dtype(np.int32)
+
+
+def save(path, A, *, compressed=False):
+    """Write a TwELLMatrix or ELLMatrix to a twell file.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file object
+        Where to write. The name is used as given (unlike ``numpy.savez``,
+        no ``.npz`` is appended); ``.twell`` is the customary extension.
+    A : TwELLMatrix or ELLMatrix
+        The matrix. A CuPy-backed matrix is first copied to the host
+        (``A.get()``); the file is the same as for its NumPy twin.
+    compressed : bool, optional
+        Deflate the arrays (``numpy.savez_compressed``). Default False:
+        writing and reading are then as fast as the disk; padding slots,
+        which compress well, cost at most what they cost in memory.
+
+    Raises
+    ------
+    TypeError
+        When ``A`` is neither a TwELLMatrix nor an ELLMatrix.
+    OSError
+        When the file cannot be written.
+
+    See Also
+    --------
+    load : read it back.
+    scipy.sparse.save_npz : the scipy.sparse counterpart.
+
+    Notes
+    -----
+    The file format is described in the module :mod:`twell._io`: an
+    ``.npz`` archive of plain arrays with a version field, readable with
+    ``numpy.load(path, allow_pickle=False)`` by any NumPy program.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np, twell
+    >>> a = twell.TwELLMatrix(np.eye(3, dtype=twell.bfloat16), tile_width=2, slots=1)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "eye.twell")
+    ...     twell.save(path, a)
+    ...     b = twell.load(path)
+    >>> b
+    <TwELLMatrix 3x3, dtype=bfloat16, nnz=3, tile_width=2, slots=1, ...>
+    >>> bool((b.toarray() == a.toarray()).all())
+    True
+    """
+    fields = _fields(A)
+    writer = np.savez_compressed if compressed else np.savez
+    if hasattr(path, "write"):
+        writer(path, **fields)
+        return
+    with open(os.fspath(path), "wb") as f:  # an open file: savez would append ".npz" to a name
+        writer(f, **fields)
+
+
+def _fields(A):
+    from ._ell import ELLMatrix
+    from ._twell import TwELLMatrix
+
+    if not isinstance(A, (TwELLMatrix, ELLMatrix)):
+        raise TypeError(
+            f"A must be a TwELLMatrix or an ELLMatrix; got {type(A).__name__} (convert it with "
+            "twell.TwELLMatrix(A) first)"
+        )
+    A = A.get()  # device-to-host copy for a CuPy-backed matrix
+    fields = {
+        MARKER: np.array("TwELLMatrix" if isinstance(A, TwELLMatrix) else "ELLMatrix"),
+        "twell_version": np.array(FORMAT_VERSION, dtype=np.int64),
+        "shape": np.array(A.shape, dtype=np.int64),
+        "dtype": np.array(str(A.dtype)),
+    }
+    if isinstance(A, TwELLMatrix):
+        fields["tile_width"] = np.array(A.tile_width, dtype=np.int64)
+        arrays = {name: getattr(A, name) for name in _TWELL_ARRAYS}
+    else:
+        arrays = {"data": A.data, "indices": A.indices}
+    for name, a in arrays.items():
+        fields[name] = a.view(np.uint16) if a.dtype == bfloat16 else a
+    return fields
+
+
+def load(path):
+    """Read a matrix written by :func:`save`.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file object
+        A twell file.
+
+    Returns
+    -------
+    TwELLMatrix or ELLMatrix
+        NumPy-backed, as written. For the GPU, hand its storage arrays as
+        CuPy arrays to the constructor: ``TwELLMatrix(tuple(cupy.asarray(a)
+        for a in arrays), shape=..., tile_width=...)``.
+
+    Raises
+    ------
+    OSError
+        When the file cannot be opened (``FileNotFoundError`` when missing).
+    ValueError
+        When the file is not a twell file, is truncated or corrupted (zip
+        structure, CRC-32), was written by a newer format version, lacks a
+        field or has an unknown one, holds a field of the wrong dtype or
+        shape or a pickled object, or when the matrix breaks an invariant
+        (for example a count above the slot count). The message starts with
+        the file name and names the problem.
+
+    See Also
+    --------
+    save : the writer, and the file format.
+    scipy.sparse.load_npz : the scipy.sparse counterpart.
+
+    Examples
+    --------
+    >>> import io
+    >>> import numpy as np, twell
+    >>> e = twell.ELLMatrix(np.array([[0.0, 2.0], [1.0, 0.0]]))
+    >>> f = io.BytesIO()
+    >>> twell.save(f, e)
+    >>> _ = f.seek(0)
+    >>> twell.load(f)
+    <ELLMatrix 2x2, dtype=float64, nnz=2, width=1>
+    """
+    label = _label(path)
+    npz = _open(path, label)
+    with npz:
+        return _read(npz, label)
+
+
+def _label(path):
+    """The file's name for messages."""
+    if hasattr(path, "read"):
+        return str(getattr(path, "name", "<file object>"))
+    return os.fspath(path)
+
+
+def _open(path, label):
+    """``numpy.load`` of an .npz archive; anything else is a ValueError naming the file."""
+    if hasattr(path, "read"):
+        start = path.tell()
+        is_zip = zipfile.is_zipfile(path)
+        path.seek(start)
+    else:
+        with open(os.fspath(path), "rb"):  # OSError (missing, unreadable) as it is
+            pass
+        is_zip = zipfile.is_zipfile(path)
+    if not is_zip:
+        raise ValueError(f"{label}: not a twell file: not a zip (.npz) archive, or a truncated one")
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except OSError:
+        raise
+    except Exception as exc:  # a damaged zip directory fails in many ways (see _Fields.get)
+        raise ValueError(f"{label}: not a twell file: unreadable .npz archive "
+                         f"({type(exc).__name__}: {exc})") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise ValueError(f"{label}: not a twell file: not an .npz archive")
+    return npz
+
+
+class _Fields:
+    """Checked access to the fields of an open twell archive."""
+
+    def __init__(self, npz, label):
+        self.npz, self.label = npz, label
+
+    def error(self, message):
+        return ValueError(f"{self.label}: invalid twell file: {message}")
+
+    def get(self, name):
+        try:
+            return self.npz[name]
+        except Exception as exc:
+            # Whatever the damage: a pickled object or a bad .npy header (ValueError), a bad
+            # CRC-32 (BadZipFile), a flipped compression method (NotImplementedError), broken
+            # deflate data (zlib.error), an "encrypted" flag (RuntimeError), truncated data
+            # (EOFError), an absurd declared size (MemoryError), ...
+            raise self.error(f"field {name!r} cannot be read: {type(exc).__name__}: {exc}"
+                             ) from None
+
+    def array(self, name, dtype, ndim):
+        """Field ``name`` with exactly ``dtype`` (either byte order) and ``ndim``, C order."""
+        a = self.get(name)
+        if a.dtype.newbyteorder("=") != dtype:
+            raise self.error(f"field {name!r} must have dtype {dtype}; got {a.dtype}")
+        if a.ndim != ndim:
+            raise self.error(f"field {name!r} must have {ndim} dimensions; got shape {a.shape}")
+        if a.ndim > 1 and not a.flags.c_contiguous:
+            # Written by numpy.savez from C-ordered arrays: Fortran order means tampering,
+            # and reading the bytes in the other order would scramble the matrix.
+            raise self.error(f"field {name!r} is stored in Fortran order; twell writes C order")
+        return a.astype(dtype, copy=False)  # native byte order
+
+    def string(self, name):
+        return str(self.scalar(name, "U", "str"))
+
+    def integer(self, name):
+        return int(self.scalar(name, "iu", "int"))
+
+    def scalar(self, name, kinds, what):
+        a = self.get(name)
+        if a.shape != () or a.dtype.kind not in kinds:
+            raise self.error(f"field {name!r} must be a single {what}; got an array of dtype "
+                             f"{a.dtype} and shape {a.shape}")
+        return a[()]
+
+
+def npz_kind(path):
+    """``"twell"``, ``"scipy"`` or None: which writer made an .npz file, from its field names.
+
+    twell files have the field ``twell_format``; ``scipy.sparse.save_npz``
+    writes ``format``. Reads only the zip directory; raises OSError when
+    the file cannot be opened and returns None when it is not a zip archive.
+    """
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+    except OSError:
+        raise
+    except Exception:  # not a zip, or a damaged one (see _Fields.get)
+        return None
+    if f"{MARKER}.npy" in names:
+        return "twell"
+    if "format.npy" in names:
+        return "scipy"
+    return None
+
+
+def _read(npz, label):
+    f = _Fields(npz, label)
+    names = set(npz.files)
+    if MARKER not in names:
+        hint = (" (it looks like a scipy.sparse.save_npz file: read it with "
+                "scipy.sparse.load_npz)" if "format" in names else "")
+        raise ValueError(f"{label}: not a twell file: it has no {MARKER!r} field{hint}")
+    kind = f.string(MARKER)
+    if kind not in _FIELDS:
+        raise f.error(f"{MARKER} must be one of {', '.join(map(repr, _FIELDS))}; got {kind!r}")
+    if "twell_version" not in names:
+        raise f.error("missing field 'twell_version'")
+    version = f.integer("twell_version")
+    if version != FORMAT_VERSION:
+        newer = " (written by a newer twell: upgrade twell)" if version > FORMAT_VERSION else ""
+        raise f.error(f"format version {version}; this twell reads version "
+                      f"{FORMAT_VERSION}{newer}")
+    expected = _FIELDS[kind]
+    missing = [n for n in expected if n not in names]
+    if missing:
+        raise f.error(f"missing field{'s' if len(missing) > 1 else ''} "
+                      f"{', '.join(map(repr, missing))}")
+    unknown = sorted(names - set(expected))
+    if unknown:
+        raise f.error(f"unexpected field{'s' if len(unknown) > 1 else ''} "
+                      f"{', '.join(map(repr, unknown))} for a {kind}")
+
+    shape = tuple(int(v) for v in f.array("shape", np.dtype(np.int64), 1))
+    dtype_name = f.string("dtype")
+    if dtype_name not in _DTYPES:
+        raise f.error(f"dtype must be one of {', '.join(_DTYPES)}; got {dtype_name!r}")
+    dtype = _DTYPES[dtype_name]
+    stored = np.dtype(np.uint16) if dtype == bfloat16 else dtype
+
+    def values(name, ndim):
+        a = f.array(name, stored, ndim)
+        return a.view(bfloat16) if dtype == bfloat16 else a
+
+    try:
+        shape = check_shape(shape)
+        if kind == "ELLMatrix":
+            return _ell(values("data", 2), f.array("indices", _ELL_INDEX_DTYPE, 2), shape)
+        from ._twell import TwELLMatrix
+
+        tile_width = check_tile_width(f.integer("tile_width"))
+        arrays = []
+        for name in _TWELL_ARRAYS:
+            if name in _INDEX_ARRAYS:
+                arrays.append(f.array(name, *_INDEX_ARRAYS[name]))
+            else:
+                arrays.append(values(name, 3 if name == "data" else 1))
+        # The validating constructor: validate() checks every invariant.
+        return TwELLMatrix(tuple(arrays), shape=shape, tile_width=tile_width)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(f"{label}: "):
+            raise
+        raise f.error(str(exc)) from None
+
+
+def _ell(data, indices, shape):
+    from ._ell import ELLMatrix
+
+    e = ELLMatrix.__new__(ELLMatrix)
+    e.data, e.indices, e.shape = data, indices, shape
+    e.validate()
+    return e
