@@ -1,4 +1,4 @@
-"""validate(): every invariant of the TwELL storage arrays, each with its own message."""
+"""validate(): every invariant of the TwELL (and row-wise ELL) storage arrays, one message each."""
 
 import numpy as np
 

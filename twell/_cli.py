@@ -5,14 +5,26 @@ Subcommands
 demo
     Build an activation-like sparse matrix, convert it to TwELL, check it and
     time it against scipy.sparse (or cupyx on a GPU).
-info, convert, show, bench
-    Not implemented yet: placeholders that say which issue brings them.
+info FILE
+    Shape, dtype, nnz, the distribution of non-zeros per (row, tile), the
+    overflow for a tile width and slot count, bytes per format and the
+    recommended slot count.
+convert IN OUT
+    Between Matrix Market (.mtx), scipy.sparse (.npz), dense NumPy (.npy)
+    and twell files (.twell); formats from the names (see
+    :mod:`twell._files`) or ``--from``/``--to``.
+show FILE -o PICTURE
+    The TwELL layout picture (``twell.plot.layout``, matplotlib).
+bench
+    The GPU benchmark suite of a source checkout.
 
-Exit status: 0 on success, 1 on an error or a failed demo check, 2 on a usage
-error or a command that is not implemented yet, 130 when interrupted.
+Exit status: 0 on success, 1 on an error (missing or invalid file, unknown
+format) or a failed demo check, 2 on a usage error (unknown option, bad
+option value), 130 when interrupted. Errors are one line on stderr.
 """
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -20,7 +32,8 @@ import time
 
 import numpy as np
 
-from . import _backend
+from . import _backend, _files
+from ._validation import SUPPORTED_DTYPES
 from ._version import __version__
 
 # -- demo parameters ------------------------------------------------------------
@@ -61,12 +74,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-# Commands planned by other issues: (name, issue, one-line help).
-_STUBS = (
-    ("info", 5, "statistics of a matrix file: nnz per (row, tile), overflow, bytes per format"),
-    ("convert", 5, "convert between .mtx, .npz, .npy and twell's file format"),
-    ("show", 5, "draw the TwELL layout of a matrix file"),
-)
+def _int_option(low, high=None):
+    """argparse type: an int in [low, high]; a bad value is a usage error (exit 2)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an int; got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}; got {value}")
+        return value
+    return parse
+
+
+def _slots_option(text):
+    """argparse type of --slots: "auto" or an int >= 1."""
+    if text == "auto":
+        return text
+    try:
+        return _int_option(1)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f'{exc} (or "auto")') from None
+
+
+def _layout_options(p, what):
+    p.add_argument("--tile-width", type=_int_option(1, 65536), metavar="T",
+                   help=f"columns per tile {what} (default: a twell file's own, else 256)")
+    p.add_argument("--slots", type=_slots_option, metavar="S",
+                   help='slots per (row, tile), an int or "auto" (default: a twell file\'s own, '
+                        'else "auto": the fewest that leave at most 1%% of the non-zeros in the '
+                        "overflow)")
+
+
+def _from_option(p):
+    p.add_argument("--from", dest="from_format", choices=list(_files.FORMATS),
+                   help="input format (default: from the file name; .npz and .twell files are "
+                        "recognised by their content)")
 
 
 def build_parser():
@@ -109,10 +153,46 @@ def build_parser():
                     "(see 'python benchmarks/bench.py --help').", add_help=False)
     bench.set_defaults(func=_run_bench, accepts_extra=True, parser=bench)
 
-    for name, issue, text in _STUBS:
-        stub = sub.add_parser(name, help=f"{text} (not implemented yet)",
-                              description=f"{text}. Not implemented yet (issue {issue}).")
-        stub.set_defaults(func=_not_implemented, issue=issue, accepts_extra=True, parser=stub)
+    info = sub.add_parser(
+        "info", help="statistics of a matrix file: nnz per (row, tile), overflow, bytes",
+        description="Print the shape, dtype, nnz and density of a matrix file, the "
+                    "distribution of its non-zeros per (row, tile) with a text histogram, the "
+                    "overflow for the tile width and slot count, the bytes of dense, CSR, ELL "
+                    "and TwELL storage, and the recommended slot count (twell.auto_slots).")
+    info.add_argument("file", metavar="FILE", help="a .mtx, .npz, .npy or .twell file")
+    _layout_options(info, "to count in")
+    _from_option(info)
+    info.set_defaults(func=run_info, parser=info)
+
+    convert = sub.add_parser(
+        "convert", help="convert between .mtx, .npz (scipy), .npy (dense) and .twell files",
+        description="Convert a matrix file. Formats come from the names: .mtx Matrix Market, "
+                    ".npy dense NumPy, .npz scipy.sparse (when reading: a twell file if it has "
+                    "the field 'twell_format'), .twell or .twell.npz twell's own format "
+                    "(twell.save). float16/bfloat16 values go to .mtx and .npz (and bfloat16 to "
+                    ".npy) as float32, exactly; Matrix Market is read as float64.")
+    convert.add_argument("input", metavar="IN", help="the matrix file to read")
+    convert.add_argument("output", metavar="OUT", help="the file to write (replaced if present)")
+    _layout_options(convert, "of a twell output")
+    convert.add_argument("--dtype", choices=[str(d) for d in SUPPORTED_DTYPES],
+                         help="cast the values (default: keep them; Matrix Market gives float64)")
+    _from_option(convert)
+    convert.add_argument("--to", dest="to_format", choices=list(_files.FORMATS),
+                         help="output format (default: from the file name)")
+    convert.set_defaults(func=run_convert, parser=convert, check=_check_convert)
+
+    show = sub.add_parser(
+        "show", help="draw the TwELL layout of a matrix file (needs matplotlib)",
+        description="Draw the TwELL layout of a matrix file (twell.plot.layout) into a "
+                    "picture; the format comes from its extension (.png, .svg, .pdf, ...).")
+    show.add_argument("file", metavar="FILE", help="a .mtx, .npz, .npy or .twell file")
+    show.add_argument("-o", "--output", required=True, metavar="PICTURE",
+                      help="the picture to write (replaced if present)")
+    _layout_options(show, "to draw")
+    show.add_argument("--rows", type=_int_option(1), metavar="R",
+                      help=f"draw the first R rows (default: all, at most {SHOW_ROWS})")
+    _from_option(show)
+    show.set_defaults(func=run_show, parser=show)
     return parser
 
 
@@ -136,6 +216,8 @@ def main(argv=None):
         if extra and not getattr(args, "accepts_extra", False):
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.extra = extra
+        if getattr(args, "check", None):
+            args.check(args)  # checks across options: usage errors too
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     try:
@@ -165,9 +247,196 @@ def _run_bench(args):
     return _bench.main(args.extra)
 
 
-def _not_implemented(args):
-    _error(f"twell {args.command}: not implemented yet (issue {args.issue})")
-    return 2
+# -- info, convert, show ---------------------------------------------------------
+
+#: Rows that ``twell show`` draws unless told (more make an unreadable picture).
+SHOW_ROWS = 64
+
+#: Columns of the widest bar of the ``twell info`` histogram.
+BAR_WIDTH = 40
+
+
+def _load(args):
+    """Read FILE and build the TwELL matrix of the options: (source, TwELLMatrix, format)."""
+    src, fmt = _files.read(args.file, args.from_format)
+    return src, _as_twell(src, args.tile_width, args.slots), fmt
+
+
+def _as_twell(src, tile_width, slots, dtype=None):
+    """TwELL with the given layout; a twell file keeps its own unless told otherwise.
+
+    ``tile_width``/``slots`` None: not given on the command line.
+    """
+    import twell
+
+    is_twell = isinstance(src, twell.TwELLMatrix)
+    if tile_width is None:
+        tile_width = src.tile_width if is_twell else twell.DEFAULT_TILE_WIDTH
+    if slots == "auto" and is_twell and tile_width == src.tile_width:
+        # The constructor keeps a TwELL input's slots under "auto"; --slots auto asks anew.
+        slots = twell.auto_slots(np.bincount(src.tile_nnz().ravel(), minlength=1), tile_width)
+    return twell.TwELLMatrix(src, tile_width=tile_width, slots=slots or "auto", dtype=dtype)
+
+
+def run_info(args):
+    """``twell info FILE``: statistics that guide the choice of tile width and slots."""
+    import twell
+
+    src, a, fmt = _load(args)
+    m, k = a.shape
+    nnz = a.nnz
+    tile_nnz = a.tile_nnz().ravel()
+    hist = np.bincount(tile_nnz, minlength=1)
+    recommended = twell.auto_slots(hist, a.tile_width)
+    kept = (isinstance(src, twell.TwELLMatrix) and args.slots is None
+            and a.tile_width == src.tile_width)
+    slots_how = "given" if args.slots not in (None, "auto") else "the file's" if kept else '"auto"'
+
+    stored = ""
+    if isinstance(src, (twell.TwELLMatrix, twell.ELLMatrix)):
+        stored = (f" ({type(src).__name__}"
+                  + (f", tile width {src.tile_width}, slots {src.slots}"
+                     if isinstance(src, twell.TwELLMatrix) else f", width {src.width}") + ")")
+    last = k - (a.n_tiles - 1) * a.tile_width if a.n_tiles else 0
+    tiles = f"{a.n_tiles} tile{'s' if a.n_tiles != 1 else ''} per row" + (
+        f", the last {last} wide" if a.n_tiles and last != a.tile_width else "")
+    over_pairs = int((tile_nnz > a.slots).sum())
+    _table([
+        ("file", f"{args.file}: {_files.FORMATS[fmt]}{stored}"),
+        ("shape", f"{m} x {k}"),
+        ("dtype", str(a.dtype)),
+        ("nnz", f"{nnz}"),
+        ("density", f"{nnz / max(m * k, 1):.3%}"),
+        ("tile width", f"{a.tile_width} ({tiles})"),
+        ("slots", f"{a.slots} ({slots_how})"),
+        ("occupancy", f"{a.occupancy:.1%} of the slots hold an entry" if a.data.size
+                      else "no slots (no rows or no columns)"),
+        ("overflow", f"{a.overflow_nnz} entries ({a.overflow_nnz / max(nnz, 1):.2%} of nnz) in "
+                     f"{a.overflow_rows} rows; {over_pairs} of {tile_nnz.size} (row, tile) pairs "
+                     f"hold more than {a.slots}"),
+        ("recommended slots", f"{recommended} (twell.auto_slots: the fewest that leave at most "
+                              f"{twell.AUTO_OVERFLOW_FRACTION:.0%} of the non-zeros in the "
+                              "overflow)"),
+    ], indent="")
+
+    print("\nnon-zeros per (row, tile)")
+    if tile_nnz.size:
+        # Nearest-rank percentiles: p90 = 9 means that 90% of the pairs hold at most 9.
+        q = np.percentile(tile_nnz, [50, 90, 99, 99.9], method="inverted_cdf")
+        print(f"  min {tile_nnz.min()}, p50 {q[0]}, p90 {q[1]}, p99 {q[2]}, p99.9 {q[3]}, "
+              f"max {tile_nnz.max()}, mean {tile_nnz.mean():.3g}")
+        _table([("nnz", "pairs", "share", "", "")] + _histogram(hist, a.slots), align="rrrll")
+    else:
+        print("  no (row, tile) pairs: the matrix has no rows or no columns")
+
+    itemsize = a.dtype.itemsize
+    width = int(tile_nnz.reshape(m, -1).sum(axis=1).max()) if tile_nnz.size else 0
+    dense = m * k * itemsize
+    sizes = [
+        (f"dense ({a.dtype})", dense),
+        ("CSR (int32 indices and row pointer)", nnz * (itemsize + 4) + (m + 1) * 4),
+        (f"ELL (width {width}, int32 indices)", m * width * (itemsize + 4)),
+        (f"TwELL (slots {a.slots}, overflow included)", a.nbytes),
+    ]
+    print("\nbytes")
+    _table([(name, _bytes(b), f"{b / dense:.1%} of dense" if dense else "")
+            for name, b in sizes], align="lrr")
+    return 0
+
+
+def _histogram(hist, slots):
+    """Rows (nnz range, pairs, share, bar, "overflow" or "") of the per-(row, tile) histogram.
+
+    One row per count up to 16; beyond, power-of-two ranges, split at the
+    slot count so that every row is either within the slots or overflowing.
+    """
+    top = len(hist) - 1
+    if top <= 16:
+        edges = list(range(top + 2))
+    else:
+        edges = sorted({0, 1, slots + 1, top + 1} | {2**i for i in range(1, top.bit_length())})
+        edges = [e for e in edges if e <= top + 1]
+    total = int(hist.sum())
+    groups = [(lo, hi - 1, int(hist[lo:hi].sum())) for lo, hi in itertools.pairwise(edges)]
+    most = max(n for _, _, n in groups)
+    rows = []
+    for lo, hi, n in groups:
+        bar = "#" * (round(BAR_WIDTH * n / most) if n else 0) or ("#" if n else "")
+        label = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        rows.append((label, f"{n}", f"{n / total:.1%}", bar, "overflow" if lo > slots else ""))
+    return rows
+
+
+def _bytes(n):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _check_convert(args):
+    fmt = args.to_format or _files.format_from_name(args.output, writing=True)
+    if fmt not in (None, "twell") and (args.tile_width is not None or args.slots is not None):
+        args.parser.error(f"--tile-width and --slots apply to twell output only; {args.output} "
+                          f"is written as {_files.FORMATS[fmt]}")
+
+
+def run_convert(args):
+    """``twell convert IN OUT``: between Matrix Market, scipy .npz, .npy and twell files."""
+    to = _files.output_format(args.output, args.to_format)  # before the work: a name error
+    src, fmt = _files.read(args.input, args.from_format)
+    a = _as_twell(src, args.tile_width, args.slots, args.dtype)
+    written = _files.write(args.output, to, a)
+    m, k = a.shape
+    line = (f"{args.input} ({_files.FORMATS[fmt]}) -> {args.output} ({_files.FORMATS[to]}): "
+            f"{m} x {k}, {written}, nnz {a.nnz}")
+    if to == "twell":
+        line += (f", tile width {a.tile_width}, slots {a.slots}, overflow {a.overflow_nnz} "
+                 "entries")
+    if written != a.dtype:
+        line += f" ({a.dtype} values written as {written}, exactly)"
+    print(line)
+    return 0
+
+
+def run_show(args):
+    """``twell show FILE -o PICTURE``: the layout picture, through ``twell.plot.layout``."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("twell show needs matplotlib: pip install matplotlib") from None
+    matplotlib.use("Agg")  # files only, no display; before pyplot is imported
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    kinds = FigureCanvasAgg.get_supported_filetypes()
+    ext = os.path.splitext(args.output)[1].lower().lstrip(".")
+    if ext not in kinds:
+        raise ValueError(f"{args.output}: the picture format comes from the extension, one of "
+                         f"{', '.join('.' + e for e in sorted(kinds))}; got "
+                         f"{'.' + ext if ext else 'none'}")
+    folder = os.path.dirname(args.output) or "."
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{args.output}: the folder {folder!r} does not exist")
+    import matplotlib.pyplot as plt
+
+    from . import plot
+
+    _, a, _ = _load(args)
+    if 0 in a.shape:
+        raise ValueError(f"{args.file}: the matrix is {a.shape[0]} x {a.shape[1]}: nothing to "
+                         "draw")
+    rows = min(a.shape[0], args.rows or SHOW_ROWS)
+    ax = plot.layout(a, max_rows=rows)  # its title says when rows were left out
+    fig = ax.figure
+    try:
+        fig.savefig(args.output)
+    finally:
+        plt.close(fig)
+    m, k = a.shape
+    shown = f"the first {rows} of {m} rows" if rows < m else f"all {m} rows"
+    print(f"wrote {args.output}: TwELL layout of {args.file} ({m} x {k}, tile width "
+          f"{a.tile_width}, slots {a.slots}), {shown}")
+    return 0
 
 
 # -- the demo -------------------------------------------------------------------
@@ -386,11 +655,11 @@ def _section(title, rows, align=None):
     _table(rows, align)
 
 
-def _table(rows, align=None):
-    """Print rows of strings as aligned columns ("l"/"r" per column), indented by two."""
+def _table(rows, align=None, indent="  "):
+    """Print rows of strings as aligned columns ("l"/"r" per column), indented."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     align = align or "l" * len(widths)
     for r in rows:
         cells = [c.rjust(w) if al == "r" else c.ljust(w)
                  for c, w, al in zip(r, widths, align, strict=True)]
-        print("  " + "  ".join(cells).rstrip(), flush=True)
+        print(indent + "  ".join(cells).rstrip(), flush=True)

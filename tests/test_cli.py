@@ -1,0 +1,466 @@
+"""The ``twell`` command line, run as ``python -m twell`` in subprocesses.
+
+Each run starts in a temporary folder with ``PYTHONSAFEPATH=1`` (the
+folder is not on ``sys.path``) and ``PYTHONPATH`` set to where the twell
+under test was imported from: the installed package under
+``scripts/test.sh``, the checkout under a plain ``pytest``.
+
+A run costs about a second of imports (numpy, scipy and ml_dtypes, which
+alone takes half a second), so the subprocess runs are listed up front in
+:data:`RUNS` and the ``runs`` fixture starts them all at once, a few per
+core; each test then checks the runs it is about. They cover every command,
+every conversion pair and each kind of error (exit status, one line, no
+traceback). The details (every error message, every option) are checked
+by calling ``twell._cli.main`` in this process, which is what ``python -m
+twell`` runs.
+"""
+
+import concurrent.futures
+import contextlib
+import importlib.util
+import io
+import os
+import re
+import subprocess
+import sys
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+import twell
+from twell import _cli
+
+# -- the matrix and the input files ---------------------------------------------
+
+#: Inputs of the conversions: name -> format.
+INPUTS = {"in.mtx": "mtx", "in.npz": "npz", "in.npy": "npy", "in.twell": "twell"}
+
+#: Outputs of the conversions, by format.
+OUTPUTS = {"mtx": "mtx", "npz": "npz", "npy": "npy", "twell": "twell"}
+
+#: Tile width and slots of in.twell (the conversions to twell keep them).
+IN_TILE_WIDTH, IN_SLOTS = 8, 2
+
+
+def matrix():
+    """12 x 20 float32, values in k/4 (exact in every format), an empty row, a full row,
+    overflow at tile width 8 with 2 slots."""
+    rng = np.random.default_rng(5)
+    x = np.where(rng.random((12, 20)) < 0.3, rng.integers(-8, 9, (12, 20)) / 4, 0.0)
+    x[3] = 0.0
+    x[5, :8] = np.arange(1, 9) / 4  # a full tile of 8: 6 entries overflow with 2 slots
+    x[7] = np.arange(20) % 8 / 4 + 0.25  # 20 non-zeros: the info histogram groups counts
+    return x.astype(np.float32)
+
+
+def make_inputs(folder):
+    x = matrix()
+    a = twell.TwELLMatrix(x, tile_width=IN_TILE_WIDTH, slots=IN_SLOTS)
+    scipy.io.mmwrite(folder / "in.mtx", sp.csr_array(x))
+    sp.save_npz(folder / "in.npz", sp.csr_array(x))
+    np.save(folder / "in.npy", x)
+    twell.save(folder / "in.twell", a)
+    # The content, not the name, tells twell's .npz files from scipy's.
+    twell.save(folder / "twell-content.npz", a)
+    with open(folder / "scipy-content.twell", "wb") as f:  # save_npz would append ".npz"
+        sp.save_npz(f, sp.csr_array(x), compressed=False)
+    twell.save(folder / "ell.twell", twell.ELLMatrix(x))
+    twell.save(folder / "bf16.twell", a.astype(twell.bfloat16))
+    np.save(folder / "empty.npy", np.zeros((0, 5), dtype=np.float32))
+    np.save(folder / "vector.npy", np.ones(3))
+    np.save(folder / "complex.npy", np.ones((2, 2), dtype=complex))
+    np.save(folder / "bf16-raw.npy", np.ones((2, 2), dtype=twell.bfloat16))
+    (folder / "garbage.mtx").write_text("not a matrix\n")
+    (folder / "garbage.twell").write_bytes(b"PK\x03\x04 truncated")
+    (folder / "complex.mtx").write_text(
+        "%%MatrixMarket matrix coordinate complex general\n2 2 1\n1 1 1.0 2.0\n")
+    np.savez(folder / "arrays.npz", x=x)
+    f = folder / "tampered.twell"
+    twell.save(f, a)
+    with np.load(f) as z:
+        fields = dict(z)
+    fields["counts"] = fields["counts"] + 5
+    with open(f, "wb") as out:
+        np.savez(out, **fields)
+    (folder / "in.txt").write_bytes((folder / "in.mtx").read_bytes())
+
+
+# -- the runs -------------------------------------------------------------------
+
+
+class Run(NamedTuple):
+    args: tuple
+    rc: int
+    out: str
+    err: str
+    how: str  # "subprocess" or "in-process"
+
+
+def _conversions():
+    runs = {}
+    for src, fmt_in in INPUTS.items():
+        for fmt_out, ext in OUTPUTS.items():
+            runs[f"convert {fmt_in} {fmt_out}"] = ("convert", src, f"{fmt_in}-to-{fmt_out}.{ext}")
+    return runs
+
+
+#: id -> (arguments, exit status, regular expression the one stderr line must match).
+ERRORS = {
+    "missing file": (("info", "nope.mtx"), 1, r"twell info: error: nope.mtx: no such file"),
+    "missing input": (("convert", "nope.npz", "x.twell"), 1, "nope.npz: no such file"),
+    "unknown input format": (("info", "in.txt"), 1,
+                             "in.txt: cannot tell the file format .* --from mtx|npz"),
+    "unknown output format": (("convert", "in.mtx", "out.csv"), 1,
+                              "out.csv: cannot tell the file format .* --to mtx|npz"),
+    "unknown --from": (("info", "in.mtx", "--from", "csv"), 2,
+                       "argument --from: invalid choice: 'csv'"),
+    "bad tile width": (("info", "in.mtx", "--tile-width", "0"), 2,
+                       "--tile-width: must be between 1 and 65536; got 0"),
+    "bad slots": (("info", "in.mtx", "--slots", "many"), 2,
+                  '--slots: must be an int; got .many. .or "auto"'),
+    "slots above tile width": (("info", "in.mtx", "--tile-width", "4", "--slots", "5"), 1,
+                               "slots must be between 1 and tile_width=4; got slots=5"),
+    "bad dtype": (("convert", "in.mtx", "x.twell", "--dtype", "int8"), 2,
+                  "--dtype: invalid choice: 'int8'"),
+    "layout options for a non-twell output": (
+        ("convert", "in.mtx", "x.npy", "--slots", "3"), 2,
+        "--tile-width and --slots apply to twell output only"),
+    "unknown option": (("info", "in.mtx", "--colour"), 2, "unrecognized arguments: --colour"),
+    "no command": ((), 2, "the following arguments are required: COMMAND"),
+    "show without -o": (("show", "in.mtx"), 2, "the following arguments are required: -o"),
+    "bad Matrix Market": (("info", "garbage.mtx"), 1,
+                          "garbage.mtx: not a valid Matrix Market file"),
+    "complex Matrix Market": (("convert", "complex.mtx", "complex.twell"), 1,
+                              "dtype must be one of .* got .*complex128"),
+    "truncated twell file": (("info", "garbage.twell"), 1,
+                             r"garbage.twell: not a twell file: not a zip \(.npz\) archive"),
+    "tampered twell file": (("convert", "tampered.twell", "x.mtx"), 1,
+                            "tampered.twell: invalid twell file: counts must be between 0 and"),
+    "npz of other arrays": (("info", "arrays.npz"), 1,
+                            "arrays.npz: neither a twell file .* nor a scipy.sparse .npz"),
+    "twell file read as scipy": (("info", "in.twell", "--from", "npz"), 1,
+                                 "in.twell: is a twell file, not a scipy.sparse .npz file"),
+    "scipy file read as twell": (("info", "in.npz", "--from", "twell"), 1,
+                                 "in.npz: not a twell file: .* scipy.sparse.load_npz"),
+    "1-D npy": (("info", "vector.npy"), 1, r"vector.npy: the array must be 2-D .*shape \(3,\)"),
+    "complex npy": (("info", "complex.npy"), 1, "complex.npy: the array's dtype must be one of"),
+    "bfloat16 npy": (("info", "bf16-raw.npy"), 1, "bf16-raw.npy: the array's dtype must be"),
+    "a folder": (("info", "."), 1, r"\.: is a directory"),
+    "output folder missing": (("convert", "in.mtx", "nowhere/x.twell"), 1,
+                              "nowhere/x.twell: the folder 'nowhere' does not exist"),
+    "empty picture": (("show", "empty.npy", "-o", "empty.png"), 1,
+                      "empty.npy: the matrix is 0 x 5: nothing to draw"),
+    "picture format": (("show", "in.mtx", "-o", "x.xyz"), 1,
+                       r"x.xyz: the picture format comes from the extension, one of .*\.png"),
+}
+
+
+#: Every command this module runs: id -> arguments of ``python -m twell``. Those in
+#: :data:`SUBPROCESS` run as ``python -m twell``, the others through ``twell._cli.main``.
+RUNS = {
+    **_conversions(),
+    "convert options": ("convert", "in.npy", "options.twell", "--tile-width", "4", "--slots",
+                        "1", "--dtype", "float16"),
+    "convert to .twell.npz": ("convert", "in.mtx", "out.twell.npz", "--dtype", "float32"),
+    "convert twell-content .npz": ("convert", "twell-content.npz", "from-twell-content.npy"),
+    "convert scipy-content .twell": ("convert", "scipy-content.twell", "from-scipy-content.npy"),
+    "convert --from --to": ("convert", "in.txt", "forced.dat", "--from", "mtx", "--to", "twell"),
+    "convert ell": ("convert", "ell.twell", "from-ell.mtx"),
+    "convert bf16 to npy": ("convert", "bf16.twell", "bf16.npy"),
+    "convert bf16 to mtx": ("convert", "bf16.twell", "bf16.mtx"),
+    "convert to bf16": ("convert", "in.npz", "to-bf16.twell", "--dtype", "bfloat16"),
+    "convert empty": ("convert", "empty.npy", "empty.mtx"),
+    "convert empty back": ("convert", "empty.npy", "empty.twell"),
+    "info mtx": ("info", "in.mtx"),
+    "info twell": ("info", "in.twell"),
+    "info twell auto": ("info", "in.twell", "--slots", "auto"),
+    "info options": ("info", "in.npz", "--tile-width", "8", "--slots", "1"),
+    "info empty": ("info", "empty.npy"),
+    "show": ("show", "in.mtx", "-o", "layout.png", "--tile-width", "8", "--slots", "2"),
+    "show rows": ("show", "in.twell", "-o", "layout.svg", "--rows", "3"),
+    "help": ("--help",),
+    "version": ("--version",),
+    **{f"help {c}": (c, "--help") for c in ("info", "convert", "show")},
+    **{f"error {k}": args for k, (args, _, _) in ERRORS.items()},
+}
+
+#: The runs made in subprocesses: every conversion pair, every command, each kind of error.
+SUBPROCESS = {
+    *_conversions(), "info mtx", "show", "show rows", "help", "version", "error missing file",
+    "error bad tile width", "error tampered twell file",
+}
+
+
+def _run_one(args, cwd, env):
+    p = subprocess.run([sys.executable, "-m", "twell", *args], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=120)
+    return Run(tuple(args), p.returncode, p.stdout, p.stderr, "subprocess")
+
+
+def _run_here(args, cwd):
+    """``twell._cli.main(args)`` in ``cwd``, its stdout and stderr captured."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = _cli.main(list(args))
+    finally:
+        os.chdir(here)
+    return Run(tuple(args), rc, out.getvalue(), err.getvalue(), "in-process")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    make_inputs(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(folder):
+    """All of :data:`RUNS` in ``folder``: id -> :class:`Run`.
+
+    The subprocesses run concurrently, and the in-process runs meanwhile.
+    """
+    env = dict(os.environ, PYTHONSAFEPATH="1", PYTHONPATH=os.path.dirname(
+        os.path.dirname(os.path.abspath(twell.__file__))))
+    env.pop("MPLBACKEND", None)  # twell show must choose a file backend itself
+    workers = 2 * (os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {k: pool.submit(_run_one, args, folder, env)
+                   for k, args in RUNS.items() if k in SUBPROCESS}
+        done = {k: _run_here(args, folder) for k, args in RUNS.items() if k not in SUBPROCESS}
+        return {**done, **{k: f.result() for k, f in futures.items()}}
+
+
+def test_every_subprocess_run_is_listed():
+    """Guards SUBPROCESS against typos: a misspelt id would silently run in-process."""
+    assert SUBPROCESS <= set(RUNS)
+    assert {RUNS[k][0] for k in SUBPROCESS} >= {"convert", "info", "show", "--help", "--version"}
+
+
+def ok(runs, key):
+    r = runs[key]
+    assert r.rc == 0, f"twell {' '.join(r.args)}: exit {r.rc}\n{r.out}\n{r.err}"
+    assert r.err == "", r.err
+    return r
+
+
+# -- convert --------------------------------------------------------------------
+
+
+def read_back(path):
+    """An output file read with the library of its format (not twell's readers, except .twell)."""
+    name = str(path)
+    if name.endswith(".mtx"):
+        with open(path, "rb") as f:
+            return scipy.io.mmread(f)
+    if name.endswith(".npy"):
+        return np.load(path, allow_pickle=False)
+    if name.endswith((".twell", ".twell.npz", ".dat")):
+        return twell.load(path)
+    return sp.load_npz(path)
+
+
+def dense(m):
+    return m.toarray() if hasattr(m, "toarray") else np.asarray(m)
+
+
+@pytest.mark.parametrize("fmt_out", list(OUTPUTS))
+@pytest.mark.parametrize("src", list(INPUTS))
+def test_convert_every_pair(runs, folder, src, fmt_out):
+    fmt_in = INPUTS[src]
+    r = ok(runs, f"convert {fmt_in} {fmt_out}")
+    out = folder / r.args[2]
+    assert r.out.startswith(f"{src} (") and f"-> {out.name} (" in r.out
+    assert "12 x 20, float" in r.out and f"nnz {np.count_nonzero(matrix())}" in r.out
+    got = read_back(out)
+    assert got.shape == (12, 20)
+    np.testing.assert_array_equal(dense(got), matrix())  # every value exact
+    if fmt_out == "twell":
+        # A twell input keeps its layout; the others get tile_width 256 and "auto" slots.
+        keep = fmt_in == "twell"
+        assert got.tile_width == (IN_TILE_WIDTH if keep else 256)
+        assert got.dtype == (np.float64 if fmt_in == "mtx" else np.float32)
+        if keep:
+            over = twell.TwELLMatrix(matrix(), tile_width=IN_TILE_WIDTH, slots=IN_SLOTS)
+            assert got.slots == IN_SLOTS and f"overflow {over.overflow_nnz} entries" in r.out
+    else:
+        # Matrix Market holds no dtype: it is read as float64; the others keep float32.
+        want = np.float64 if "mtx" in (fmt_in, fmt_out) else np.float32
+        assert dense(got).dtype == want
+
+
+def test_convert_options(runs, folder):
+    r = ok(runs, "convert options")
+    a = twell.load(folder / "options.twell")
+    assert (a.tile_width, a.slots, a.dtype) == (4, 1, np.float16)
+    np.testing.assert_array_equal(a.toarray(), matrix())
+    assert "float16, nnz" in r.out and "tile width 4, slots 1" in r.out
+
+
+def test_the_content_tells_npz_files_apart(runs, folder):
+    r = ok(runs, "convert twell-content .npz")
+    assert "(twell file)" in r.out
+    r = ok(runs, "convert scipy-content .twell")
+    assert "(scipy.sparse .npz)" in r.out
+    for name in ("from-twell-content.npy", "from-scipy-content.npy"):
+        np.testing.assert_array_equal(np.load(folder / name), matrix())
+
+
+def test_twell_npz_names_and_format_overrides(runs, folder):
+    ok(runs, "convert to .twell.npz")
+    assert isinstance(twell.load(folder / "out.twell.npz"), twell.TwELLMatrix)
+    r = ok(runs, "convert --from --to")
+    assert "in.txt (Matrix Market) -> forced.dat (twell file)" in r.out
+    np.testing.assert_array_equal(twell.load(folder / "forced.dat").toarray(), matrix())
+
+
+def test_convert_from_an_ell_file(runs, folder):
+    ok(runs, "convert ell")
+    np.testing.assert_array_equal(dense(read_back(folder / "from-ell.mtx")), matrix())
+
+
+def test_bfloat16_goes_out_as_float32_exactly(runs, folder):
+    bf = matrix().astype(twell.bfloat16)
+    for key, name in (("convert bf16 to npy", "bf16.npy"), ("convert bf16 to mtx", "bf16.mtx")):
+        r = ok(runs, key)
+        assert "bfloat16 values written as float32, exactly" in r.out
+        got = dense(read_back(folder / name))
+        np.testing.assert_array_equal(got, bf.astype(np.float32))
+    ok(runs, "convert to bf16")
+    a = twell.load(folder / "to-bf16.twell")
+    assert a.dtype == twell.bfloat16
+    np.testing.assert_array_equal(a.toarray(), bf)
+
+
+def test_convert_a_matrix_without_rows(runs, folder):
+    ok(runs, "convert empty")
+    assert read_back(folder / "empty.mtx").shape == (0, 5)
+    ok(runs, "convert empty back")
+    assert twell.load(folder / "empty.twell").shape == (0, 5)
+
+
+# -- info -----------------------------------------------------------------------
+
+
+def fields(text):
+    """The ``name  value`` lines at the top of ``twell info``: name -> value."""
+    head = text.split("\n\n")[0]
+    return dict(line.split("  ", 1) for line in head.splitlines())
+
+
+def test_info(runs):
+    r = ok(runs, "info mtx")
+    f = {k: v.strip() for k, v in fields(r.out).items()}
+    x = matrix()
+    nnz = np.count_nonzero(x)
+    assert f["shape"] == "12 x 20" and f["dtype"] == "float64" and f["nnz"] == str(nnz)
+    assert f["density"] == f"{nnz / x.size:.3%}"
+    assert f["tile width"] == "256 (1 tile per row, the last 20 wide)"
+    rows = np.count_nonzero(x, axis=1)
+    slots = twell.auto_slots(np.bincount(rows), 256)
+    assert f["slots"] == f'{slots} ("auto")' and f["recommended slots"].startswith(str(slots))
+    assert f"max {rows.max()}" in r.out and "non-zeros per (row, tile)" in r.out
+    # The histogram: counts of non-zeros per (row, tile) up to 20 come in power-of-two groups
+    # (split at the slot count), each with its pairs.
+    hist = r.out.split("non-zeros per (row, tile)")[1].split("bytes")[0]
+    assert re.search(r"^ +0 +1 +8\.3% +#+$", hist, re.M)  # the empty row
+    assert re.search(r"^ +16-20 +1 +8\.3% +#+$", hist, re.M)  # the full row
+    assert sum(int(line.split()[1]) for line in hist.splitlines()[3:] if line) == 12
+    assert re.search(r"^  dense \(float64\) +1\.88 KiB +100\.0% of dense$", r.out, re.M)
+    for label in ("CSR (int32", "ELL (width 20", f"TwELL (slots {slots}"):
+        assert label in r.out
+
+
+def test_info_of_a_twell_file_keeps_its_layout(runs):
+    f = fields(ok(runs, "info twell").out)
+    assert "TwELLMatrix, tile width 8, slots 2" in f["file"]
+    assert f["slots"].strip() == "2 (the file's)"
+    over = twell.TwELLMatrix(matrix(), tile_width=IN_TILE_WIDTH, slots=IN_SLOTS).overflow_nnz
+    assert f["overflow"].strip().startswith(f"{over} entries")
+    # --slots auto chooses anew, at the file's tile width.
+    f = fields(ok(runs, "info twell auto").out)
+    auto = twell.TwELLMatrix(matrix(), tile_width=IN_TILE_WIDTH).slots
+    assert auto != IN_SLOTS and f["slots"].strip() == f'{auto} ("auto")'
+    assert f["tile width"].strip().startswith(f"{IN_TILE_WIDTH} ")
+
+
+def test_info_options(runs):
+    r = ok(runs, "info options")
+    f = fields(r.out)
+    assert f["tile width"].strip().startswith("8 (3 tiles per row, the last 4 wide)")
+    assert f["slots"].strip() == "1 (given)"
+    hist = r.out.split("non-zeros per (row, tile)")[1].split("bytes")[0]
+    assert re.search(r"^ +1 +\d+ +[\d.]+% +#+$", hist, re.M)  # one line per count up to 8
+    assert re.search(r"^ +8 +\d+ +[\d.]+% +#+ +overflow$", hist, re.M)
+
+
+def test_info_of_an_empty_matrix(runs):
+    r = ok(runs, "info empty")
+    f = fields(r.out)
+    assert "no (row, tile) pairs" in r.out and f["nnz"].strip() == "0"
+    assert f["occupancy"].strip() == "no slots (no rows or no columns)"
+
+
+# -- show -----------------------------------------------------------------------
+
+
+def _plotting():
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed")
+    try:
+        __import__("twell.plot")
+    except ImportError as exc:
+        pytest.skip(f"twell.plot cannot be imported: {exc}")
+
+
+def test_show_writes_the_picture(runs, folder):
+    _plotting()
+    r = ok(runs, "show")
+    assert (folder / "layout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote layout.png: TwELL layout of in.mtx (12 x 20, tile width 8, slots 2)" in r.out
+    r = ok(runs, "show rows")
+    assert b"<svg" in (folder / "layout.svg").read_bytes()[:1000]
+    assert "the first 3 of 12 rows" in r.out
+
+
+# -- help and version -----------------------------------------------------------
+
+
+def test_help_and_version(runs):
+    top = ok(runs, "help").out
+    for command in ("demo", "info", "convert", "show", "bench"):
+        assert command in top
+    assert "not implemented" not in top
+    for command in ("info", "convert", "show"):
+        assert f"usage: twell {command}" in ok(runs, f"help {command}").out
+    assert ok(runs, "version").out.strip() == f"twell {twell.__version__}"
+
+
+# -- errors ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", list(ERRORS))
+def test_errors_are_one_line_and_an_exit_status(runs, key):
+    if "picture" in key and importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed")
+    r = runs[f"error {key}"]
+    _, status, pattern = ERRORS[key]
+    assert r.rc == status, f"exit {r.rc}, stderr: {r.err}"
+    assert r.out == "" and "Traceback" not in r.err
+    lines = r.err.splitlines()
+    assert len(lines) == 1, r.err
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_a_failed_conversion_leaves_no_file(runs, folder):
+    """Written under a temporary name and renamed: a failure leaves neither file behind."""
+    assert runs["error complex Matrix Market"].rc == 1
+    assert runs["error tampered twell file"].rc == 1
+    leftovers = [p.name for p in folder.iterdir()
+                 if p.name.endswith(".tmp") or p.name in ("complex.twell", "x.mtx")]
+    assert leftovers == []
