@@ -31,8 +31,10 @@ An ``.npz`` file is a twell file when it has the field ``twell_format``
 Loading checks the archive (zip structure and the CRC-32 of every member),
 the version, that every field is present and no other, every field's dtype
 and shape, then every invariant of the matrix (``validate()``). A
-truncated, corrupted or tampered file is a ``ValueError`` whose message
-names the file and the problem.
+truncated or corrupted file, or one whose fields break these rules, is a
+``ValueError`` whose message names the file and the problem. (An edit that
+keeps every rule and recomputes the CRC-32s gives another valid matrix: the
+format carries no signature.)
 """
 
 import os
