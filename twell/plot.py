@@ -209,7 +209,7 @@ def layout(A, ax=None, *, max_rows=LAYOUT_MAX_ROWS, gauges=None):
     m, k = a.shape
     t, s, nt = a.tile_width, a.slots, a.n_tiles
     mr = min(m, max_rows)
-    ax = _new_axes(ax, (min(max(6.0 + 0.3 * k, 8.0), 14.0), min(max(1.6 + 0.45 * mr, 2.6), 10.0)))
+    ax = _new_axes(ax, (min(max(4.5 + 0.12 * k, 7.0), 9.5), min(max(1.6 + 0.4 * mr, 2.6), 9.0)))
 
     tile_nnz = a.tile_nnz()[:mr]
     counts = a.counts[:mr]
@@ -574,25 +574,24 @@ class _Panel:
         self.width = 0.0
         self.height = 0.0
 
-    def box(self, x, y, text="", color=FREE_COLOR, w=1.0, fontsize=8, textcolor="black"):
+    def box(self, x, y, text="", color=FREE_COLOR, w=1.0, fontsize=10, textcolor="black"):
         self.boxes.append((x, y, w, 1.0, color, text, fontsize, textcolor))
         self._grow(x + w, y + 1)
 
-    def label(self, x, y, text, ha="right", fontsize=8):
+    def label(self, x, y, text, ha="right", fontsize=9):
         self.labels.append((x, y, text, ha, fontsize))
-        if ha == "left":
-            self._grow(x + 0.42 * len(text), y + 0.5)
+        if ha == "left":  # about 0.6 em per character; one grid unit is 26 points
+            self._grow(x + 0.6 * fontsize / 26 * len(text), y + 0.5)
 
-    def array(self, x, y, name, texts, colors, textcolors=None, w=1.0, index=True, fontsize=8):
-        """A 1-D array as a row of boxes, named on the left, indices above."""
-        self.label(x - 0.15, y + 0.5, name)
+    def array(self, x, y, name, texts, colors, textcolors=None, w=1.0, fontsize=10):
+        """A 1-D array as a row of boxes at height ``y``: its name above, then its indices."""
+        self.label(x, y - 1.0, name, ha="left")
         if not texts:
             self.label(x, y + 0.5, "(empty)", ha="left")
         textcolors = textcolors or ["black"] * len(texts)
         for i, (text, color, tc) in enumerate(zip(texts, colors, textcolors, strict=True)):
             self.box(x + i * w, y, text, color, w, fontsize, tc)
-            if index:
-                self.label(x + (i + 0.5) * w, y - 0.3, str(i), ha="center", fontsize=6)
+            self.label(x + (i + 0.5) * w, y - 0.3, str(i), ha="center", fontsize=7)
         self._grow(x + max(len(texts), 3) * w, y + 1)
 
     def _grow(self, x, y):
@@ -613,10 +612,10 @@ class _Panel:
             ax.text(x, y, text, ha=ha, va="center", fontsize=fs, color="0.15")
         for xs, ys in self.lines:
             ax.plot(xs, ys, color="black", linewidth=1.8, solid_capstyle="butt")
-        ax.set_xlim(-left_margin, self.width + 0.3)
-        ax.set_ylim(self.height + 0.3, -1.6)
+        ax.set_xlim(-left_margin, self.width + 0.2)
+        ax.set_ylim(self.height + 0.2, -1.6)
         ax.set_axis_off()
-        ax.set_title(self.title, fontsize=10, loc="left", x=0.0)
+        ax.set_title(self.title, fontsize=11, loc="left", x=0.0)
 
 
 def formats_side_by_side(x, *, tile_width=4, slots=2, fig=None):
@@ -706,7 +705,7 @@ def formats_side_by_side(x, *, tile_width=4, slots=2, fig=None):
             else:
                 dense.box(c, r, _fmt_value(v), color(r, c), textcolor=tcolor(r, c))
     for c in range(k):
-        dense.label(c + 0.5, -0.3, str(c), ha="center", fontsize=6)
+        dense.label(c + 0.5, -0.3, str(c), ha="center", fontsize=7)
     for j in range(nt):
         dense.label(j * t + min(t, k - j * t) / 2, -1.1, f"tile {j}", ha="center")
         if j:
@@ -716,8 +715,8 @@ def formats_side_by_side(x, *, tile_width=4, slots=2, fig=None):
     csr = _Panel(f"CSR (nnz = {rows.size})")
     indptr = _algorithms.exclusive_cumsum(np.bincount(rows, minlength=m))
     csr.array(0, 0, "indptr", [str(v) for v in indptr.tolist()], [STRUCTURE_TINT] * (m + 1))
-    csr.array(0, 2, "indices", [str(c) for c in cols.tolist()], entry_color, entry_text)
-    csr.array(0, 4, "data", [_fmt_value(v) for v in vals.tolist()], entry_color, entry_text)
+    csr.array(0, 2.4, "indices", [str(c) for c in cols.tolist()], entry_color, entry_text)
+    csr.array(0, 4.8, "data", [_fmt_value(v) for v in vals.tolist()], entry_color, entry_text)
 
     # ELL: data and indices, M x width, padding in grey.
     ell = ELLMatrix(a)
@@ -748,32 +747,33 @@ def formats_side_by_side(x, *, tile_width=4, slots=2, fig=None):
         for j in range(nt):
             tw.box(j, r, str(int(a.counts[r, j])), STRUCTURE_TINT)
     tw.label(0, -0.5, "counts", ha="left")
-    cw = 1.6  # slot cells hold "value @ column"
-    x0 = nt + 1.2
+    cw = 1.7  # slot cells hold "value @ column"
+    x0 = nt + 1.0
     for j in range(nt):
-        tw.label(x0, -0.5, f"tile {j}: data @ indices", ha="left", fontsize=7)
+        tw.label(x0, -0.5, f"tile {j}: data @ indices", ha="left", fontsize=8)
         for r in range(m):
             for q in range(s):
                 if q < a.counts[r, j]:
                     c = j * t + int(a.indices[r, j, q])
                     tw.box(x0 + q * cw, r, f"{_fmt_value(a.data[r, j, q])} @{a.indices[r, j, q]}",
-                           color(r, c), w=cw, fontsize=7, textcolor=tcolor(r, c))
+                           color(r, c), w=cw, fontsize=9, textcolor=tcolor(r, c))
                 else:
-                    tw.box(x0 + q * cw, r, "0 @0", PADDING_COLOR, w=cw, fontsize=7,
+                    tw.box(x0 + q * cw, r, "0 @0", PADDING_COLOR, w=cw, fontsize=9,
                            textcolor="0.45")
         x0 += s * cw + 0.6
-    y0 = m + 1.2
+    # The overflow part, a CSR matrix with global columns, under the slots.
+    y0 = m + 1.9
     ocolors, owhite = [OVERFLOW_COLOR] * ocol.size, ["white"] * ocol.size
-    tw.array(3.2, y0, "overflow_indptr", [str(v) for v in a.overflow_indptr.tolist()],
-             [STRUCTURE_TINT] * (m + 1), fontsize=7)
-    tw.array(3.2, y0 + 1.8, "overflow_indices", [str(v) for v in ocol.tolist()], ocolors,
-             owhite, fontsize=7)
-    tw.array(3.2, y0 + 3.6, "overflow_data",
-             [_fmt_value(v) for v in a.overflow_data.tolist()], ocolors, owhite, fontsize=7)
+    tw.array(0, y0, "overflow_indptr", [str(v) for v in a.overflow_indptr.tolist()],
+             [STRUCTURE_TINT] * (m + 1))
+    ox = max(m + 2.0, 7.0)
+    tw.array(ox, y0, "overflow_indices", [str(v) for v in ocol.tolist()], ocolors, owhite)
+    tw.array(ox, y0 + 2.4, "overflow_data",
+             [_fmt_value(v) for v in a.overflow_data.tolist()], ocolors, owhite)
 
     # Two panels per line, left to right; one grid unit is `unit` inches.
     panels = [dense, csr, ell_panel, tw]
-    margins = [1.0, 1.8, 1.0, 3.3]
+    margins = [0.7, 0.3, 0.7, 0.7]
     unit, gap = 0.36, 1.2
     placed, x, y, row_h, total_w = [], 0.0, 0.0, 0.0, 0.0
     for i, (p, lm) in enumerate(zip(panels, margins, strict=True)):
@@ -879,7 +879,7 @@ def packed_words(A, row, tile, compression=8, ax=None):
 
     per_line = 8
     n_lines = -(-wpt // per_line)
-    ax = _new_axes(ax, (per_line * 1.45 + 0.4, n_lines * 0.78 + 1.2))
+    ax = _new_axes(ax, (per_line * 1.05 + 0.3, n_lines * 0.62 + 1.1))
     boxes, colors = [], []
     for i, word in enumerate(words.tolist()):
         x, y = i % per_line, i // per_line
@@ -892,19 +892,19 @@ def packed_words(A, row, tile, compression=8, ax=None):
             color, note = PADDING_COLOR, "unused"
         boxes.append(Rectangle((x, y), 1, 1))
         colors.append(color)
-        ax.text(x + 0.06, y + 0.17, f"w[{tile * wpt + i}]", fontsize=6, color="0.3",
+        ax.text(x + 0.05, y + 0.17, f"w[{tile * wpt + i}]", fontsize=7, color="0.3",
                 va="center")
-        ax.text(x + 0.5, y + 0.5, f"0x{word:08X}", ha="center", va="center", fontsize=8,
+        ax.text(x + 0.5, y + 0.5, f"0x{word:08X}", ha="center", va="center", fontsize=9,
                 family="monospace")
-        ax.text(x + 0.5, y + 0.82, note, ha="center", va="center", fontsize=6, color="0.2")
+        ax.text(x + 0.5, y + 0.82, note, ha="center", va="center", fontsize=7, color="0.2")
     ax.add_collection(PatchCollection(boxes, facecolors=colors, edgecolors="0.35",
                                       linewidths=0.6))
     ax.set_xlim(-0.05, per_line + 0.05)
     ax.set_ylim(n_lines + 0.05, -0.05)
     ax.set_axis_off()
     ax.set_title(f"packed words of row {row}, tile {tile} (columns {tile * 256}-"
-                 f"{tile * 256 + 255}), compression={c}: {wpt} words, capacity {cap}; "
-                 f"entry = bf16 bits << 16 | global column", fontsize="medium")
+                 f"{tile * 256 + 255}), compression={c}\n{wpt} words: the count, then up to "
+                 f"{cap} entries bf16_bits << 16 | global column", fontsize="medium")
     ax.legend(handles=[Patch(facecolor=COUNT_COLOR, edgecolor="0.35", label="count"),
                        Patch(facecolor=TILE_TINTS[0], edgecolor="0.35", label="entry"),
                        Patch(facecolor=PADDING_COLOR, edgecolor="0.35", label="unused (zero)")],
