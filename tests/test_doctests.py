@@ -23,11 +23,17 @@ MODULES = sorted(
 PLOT_MODULES = {"twell.plot"}
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
+# Modules whose examples run Dask, an optional extra (the modules import without it).
+DASK_MODULES = {"twell.dask"}
+HAVE_DASK = importlib.util.find_spec("dask") is not None
+
 
 @pytest.mark.parametrize("name", MODULES)
 def test_module_doctests(name):
     if name in PLOT_MODULES and not HAVE_MATPLOTLIB:
         pytest.skip("matplotlib is not installed (pip install 'twell[plot]')")
+    if name in DASK_MODULES and not HAVE_DASK:
+        pytest.skip("dask is not installed (pip install 'twell[dask]')")
     module = importlib.import_module(name)
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
