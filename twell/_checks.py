@@ -57,9 +57,15 @@ def validate_parts(parts, shape, tile_width):
     _expect(((counts >= 0) & (counts <= slots)).all(),
             f"counts must be between 0 and slots={slots}")
     used = slot_mask(counts, slots)
-    extent = xp.minimum(tile_width, k - xp.arange(nt, dtype=np.int64) * tile_width)
-    _expect((~used | (indices < extent[None, :, None])).all(),
-            "indices: a slot column lies outside its tile")
+    # Only the last tile can be narrower than tile_width: no array of n_tiles elements
+    # (validation memory stays proportional to the storage arrays, whatever K is).
+    _expect((~used | (indices.astype(np.int64) < tile_width)).all(),
+            f"indices: a slot column lies outside its tile (at or past tile_width={tile_width})")
+    if nt and m:
+        last = k - (nt - 1) * tile_width
+        _expect((~used[:, -1] | (indices[:, -1] < last)).all(),
+                f"indices: a slot column lies outside its tile (the last tile holds columns "
+                f"0..{last - 1}, K={k})")
     if slots > 1:
         _expect((~used[..., 1:] | (indices[..., 1:] > indices[..., :-1])).all(),
                 "indices: slot columns must be strictly increasing within a (row, tile)")

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _algorithms, _backend
-from ._validation import check_dense, check_shape, value_dtype
+from ._validation import check_dense, check_shape, check_storage, value_dtype
 
 
 class Dense:
@@ -59,9 +59,15 @@ def csr_from_coo(rows, cols, vals, shape, dtype=None):
     return CSR(indptr, xp.asarray(indices), vals, shape)
 
 
-def scipy_sparse(x, dtype=None):
-    """A scipy.sparse array or matrix -> canonical :class:`CSR` on the host."""
+def scipy_sparse(x, dtype=None, storage=None):
+    """A scipy.sparse array or matrix -> canonical :class:`CSR` on the host.
+
+    ``storage``: ``(tile_width, slots)`` of the TwELL matrix to be built, whose size is
+    checked before the CSR row pointer (``M + 1`` elements) is allocated.
+    """
     shape = check_shape(x.shape, "x.shape")
+    if storage is not None:
+        check_storage(shape, *storage)
     value_dtype(x.dtype, "x.dtype")
     if x.format == "csr":
         rows = _algorithms.expand_indptr(np.asarray(x.indptr, dtype=np.int64))
@@ -72,19 +78,23 @@ def scipy_sparse(x, dtype=None):
     return csr_from_coo(np.asarray(rows), np.asarray(cols), np.asarray(vals), shape, dtype)
 
 
-def cupyx_sparse(x, dtype=None):
-    """A cupyx.scipy.sparse matrix -> canonical :class:`CSR` on the device."""
+def cupyx_sparse(x, dtype=None, storage=None):
+    """A cupyx.scipy.sparse matrix -> canonical :class:`CSR` on the device (see scipy_sparse)."""
     shape = check_shape(x.shape, "x.shape")
+    if storage is not None:
+        check_storage(shape, *storage)
     value_dtype(x.dtype, "x.dtype")
     coo = x.tocoo(copy=True)
     return csr_from_coo(coo.row, coo.col, coo.data, shape, dtype)
 
 
-def coerce(x, dtype=None):
+def coerce(x, dtype=None, storage=None):
     """Classify and normalise constructor input.
 
     Returns a :class:`Dense` or :class:`CSR`, or the TwELLMatrix/ELLMatrix
-    itself (the caller converts those).
+    itself (the caller converts those). ``storage``: ``(tile_width, slots)``
+    of the TwELL matrix to be built from sparse input, checked against the
+    storage limit before anything of size ``M`` is allocated.
     """
     from ._ell import ELLMatrix
     from ._twell import TwELLMatrix
@@ -92,7 +102,7 @@ def coerce(x, dtype=None):
     if isinstance(x, (TwELLMatrix, ELLMatrix)):
         return x
     if sp.issparse(x):
-        return scipy_sparse(x, dtype)
+        return scipy_sparse(x, dtype, storage)
     if _backend.is_cupyx_sparse(x):
-        return cupyx_sparse(x, dtype)
+        return cupyx_sparse(x, dtype, storage)
     return dense(x, dtype)

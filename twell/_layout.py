@@ -32,6 +32,16 @@ AUTO_OVERFLOW_FRACTION = 0.01
 #: Largest number of columns (overflow columns are stored as int32).
 MAX_COLUMNS = 2**31 - 1
 
+#: Largest number of rows: the transpose of an (M, K) matrix has M columns.
+MAX_ROWS = MAX_COLUMNS
+
+#: Largest number of stored slots, ``M * n_tiles * slots``: the CUDA grid limit
+#: (2**31 - 1 blocks) times the 8 (row, tile) pairs a block of the pack and unpack
+#: kernels handles. Also bounds ``M * n_tiles`` (slots >= 1). About 1.7e10 slots, 64 GiB of
+#: bfloat16 values and uint16 columns; a request below it that does not fit in memory
+#: raises the allocator's MemoryError.
+MAX_STORED_SLOTS = (2**31 - 1) * 8
+
 #: Reference packed layout: tile width and index width.
 PACKED_TILE_WIDTH = 256
 PACKED_MAX_COLUMNS = 65536

@@ -10,6 +10,7 @@ from ._validation import (
     bfloat16,
     check_shape,
     check_slots,
+    check_storage,
     check_tile_width,
     result_dtype,
     value_dtype,
@@ -78,6 +79,16 @@ class TwELLMatrix:
     overflow_data : ndarray
         Values of the overflow entries.
 
+    Raises
+    ------
+    TypeError
+        Input of an unsupported kind or dtype (complex, object, str, datetime).
+    ValueError
+        A bad shape, tile width or slot count, storage arrays that break an
+        invariant, or a size past a limit: ``M`` and ``K`` at most
+        ``2**31 - 1``, ``M * n_tiles * slots`` at most ``(2**31 - 1) * 8``
+        (``twell._layout.MAX_STORED_SLOTS``), checked before allocating.
+
     Notes
     -----
     The arrays live where the input lived: NumPy arrays on the host or CuPy
@@ -125,7 +136,7 @@ class TwELLMatrix:
             return
         if shape is not None and tuple(shape) != tuple(getattr(arg, "shape", shape)):
             raise ValueError(f"shape={shape!r} does not match the input's shape {arg.shape}")
-        src = _convert.coerce(arg, dtype)
+        src = _convert.coerce(arg, dtype, (tile_width, 1 if slots == "auto" else slots))
         if isinstance(src, TwELLMatrix):
             other = src if dtype is None else src.astype(dtype, copy=False)
             if slots == "auto" and tile_width == other.tile_width:
@@ -604,15 +615,22 @@ def _matmul(a, b):
 
 
 def _pack(src, tile_width, slots):
-    """Dense or CSR input -> Parts, choosing slots when asked for "auto"."""
+    """Dense or CSR input -> Parts, choosing slots when asked for "auto".
+
+    Every TwELL matrix that twell builds passes here: the storage limit is checked
+    before the per-(row, tile) arrays are allocated.
+    """
     be = _backend_of(_backend.array_module(src.data if src.kind == "csr" else src.array))
+    check_storage(src.shape, tile_width, 1 if slots == "auto" else slots)
     if src.kind == "dense":
         if slots == "auto":
             slots = _auto_slots(be.tile_counts_dense(src.array, tile_width), tile_width)
+            check_storage(src.shape, tile_width, slots)
         return be.pack_dense(src.array, tile_width, slots)
     if slots == "auto":
         counts = be.tile_counts_csr(src.indptr, src.indices, src.shape, tile_width)
         slots = _auto_slots(counts, tile_width)
+        check_storage(src.shape, tile_width, slots)
     return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots)
 
 

@@ -53,7 +53,7 @@ def result_dtype(a, b):
 
 
 def check_shape(shape, name="shape"):
-    """A pair of non-negative ints; column count within the index limit."""
+    """A pair of non-negative ints; row and column counts within the index limits."""
     try:
         m, k = (operator_index(v, name) for v in shape)
         if len(shape) != 2:
@@ -64,11 +64,32 @@ def check_shape(shape, name="shape"):
         ) from None
     if m < 0 or k < 0:
         raise ValueError(f"{name} must be non-negative; got {name}={shape!r}")
+    if m > _layout.MAX_ROWS:
+        raise ValueError(
+            f"{name}[0] (rows) must be at most {_layout.MAX_ROWS}; got {name}={shape!r}"
+        )
     if k > _layout.MAX_COLUMNS:
         raise ValueError(
             f"{name}[1] (columns) must be at most {_layout.MAX_COLUMNS}; got {name}={shape!r}"
         )
     return (m, k)
+
+
+def check_storage(shape, tile_width, slots=1):
+    """``M * n_tiles * slots`` within :data:`twell._layout.MAX_STORED_SLOTS`.
+
+    Checked before anything of that size is allocated, so that a huge request
+    is a ValueError instead of a MemoryError or a kernel launch failure.
+    """
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    stored = m * nt * slots
+    if stored > _layout.MAX_STORED_SLOTS:
+        raise ValueError(
+            f"M * n_tiles * slots (stored slots) must be at most {_layout.MAX_STORED_SLOTS}; "
+            f"got {m} * {nt} * {slots} = {stored} for shape={(m, k)!r}, "
+            f"tile_width={tile_width}, slots={slots}"
+        )
 
 
 def operator_index(value, name):

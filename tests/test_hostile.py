@@ -1,0 +1,366 @@
+"""Hostile input: every malformed argument is a precise TypeError or ValueError.
+
+Issue 6 asks that no bad input crash the process, hang, exhaust memory or give a wrong
+result. Storage tuples for the TwELLMatrix tuple constructor are broken one invariant at a
+time (hypothesis picks the matrix and the place); operands, dtypes and shapes are broken
+at every public entry point; huge requested shapes meet the documented limits
+(``twell._layout.MAX_ROWS``, ``MAX_COLUMNS``, ``MAX_STORED_SLOTS``) before any allocation.
+"""
+
+import io
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from strategies import cases
+
+import twell
+from twell import _io, _layout
+
+# -- broken storage tuples --------------------------------------------------------------
+
+
+def _host_parts(case):
+    a = twell.TwELLMatrix(case.dense, tile_width=case.tile_width, slots=case.slots)
+    return [np.array(p) for p in (a.counts, a.data, a.indices, a.overflow_indptr,
+                                  a.overflow_indices, a.overflow_data)], a
+
+
+def _pick(data, mask, label):
+    """A (flat) position where ``mask`` holds, drawn by hypothesis; skips when there is none."""
+    where = np.flatnonzero(mask)
+    assume(where.size > 0)
+    return int(where[data.draw(st.integers(0, where.size - 1), label=label)])
+
+
+def _corrupt(kind, parts, a, data):
+    """Break exactly one invariant of host storage arrays, in place; returns the parts."""
+    counts, vals, idx, indptr, ocols, ovals = parts
+    s, t = a.slots, a.tile_width
+    used = np.arange(s) < counts[..., None]
+    flat_counts, flat_vals, flat_idx = counts.reshape(-1), vals.reshape(-1, s), idx.reshape(-1, s)
+    if kind == "count above slots":
+        flat_counts[_pick(data, np.ones(counts.size, bool), "pair")] = s + data.draw(
+            st.integers(1, 2**31 - 1 - s), label="excess")
+    elif kind == "negative count":
+        flat_counts[_pick(data, np.ones(counts.size, bool), "pair")] = -data.draw(
+            st.integers(1, 2**31), label="minus")
+    elif kind == "column outside the tile":
+        p = _pick(data, flat_counts > 0, "pair")
+        nt = counts.shape[1]
+        extent = min(t, a.shape[1] - (p % nt) * t)
+        # The last used slot, so that the columns stay strictly increasing.
+        flat_idx[p, flat_counts[p] - 1] = data.draw(st.integers(extent, 65535), label="column")
+    elif kind == "duplicate slot columns":
+        p = _pick(data, flat_counts >= 2, "pair")
+        flat_idx[p, 1] = flat_idx[p, 0]
+    elif kind == "unsorted slot columns":
+        p = _pick(data, flat_counts >= 2, "pair")
+        flat_idx[p, [0, 1]] = flat_idx[p, [1, 0]]
+        flat_vals[p, [0, 1]] = flat_vals[p, [1, 0]]
+    elif kind == "non-zero padding value":
+        p = _pick(data, flat_counts < s, "pair")
+        flat_vals[p, flat_counts[p]] = 1.0
+    elif kind == "non-zero padding column":
+        p = _pick(data, flat_counts < s, "pair")
+        flat_idx[p, flat_counts[p]] = data.draw(st.integers(1, 65535), label="column")
+    elif kind == "explicit zero in a slot":
+        vals[_pick_nd(data, used)] = 0.0
+    elif kind == "overflow_indptr does not start at 0":
+        indptr[0] = data.draw(st.sampled_from([-1, 1, 2**62]), label="start")
+    elif kind == "overflow_indptr decreasing":
+        assume(indptr.size >= 3)
+        i = data.draw(st.integers(1, indptr.size - 2), label="i")
+        indptr[i] = indptr[i + 1] + 1
+    elif kind == "overflow_indptr end beyond the entries":
+        indptr[-1] += data.draw(st.integers(1, 2**40), label="extra")
+    elif kind == "overflow column outside the matrix":
+        assume(ocols.size)
+        ocols[data.draw(st.integers(0, ocols.size - 1), label="j")] = data.draw(
+            st.one_of(st.integers(-2**31, -1), st.integers(a.shape[1], 2**31 - 1)), label="col")
+    elif kind == "overflow explicit zero":
+        assume(ovals.size)
+        ovals[data.draw(st.integers(0, ovals.size - 1), label="j")] = 0.0
+    elif kind == "overflow duplicate column":
+        same_row = np.diff(np.repeat(np.arange(indptr.size - 1), np.diff(indptr))) == 0
+        j = _pick(data, same_row, "j")
+        ocols[j + 1] = ocols[j]
+    elif kind == "overflow of a tile with free slots":
+        assume(ocols.size)
+        rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+        counts[rows[0], ocols[0] // t] -= 1
+        vals[rows[0], ocols[0] // t, counts[rows[0], ocols[0] // t]] = 0
+        idx[rows[0], ocols[0] // t, counts[rows[0], ocols[0] // t]] = 0
+    else:  # pragma: no cover - a typo in KINDS
+        raise AssertionError(kind)
+    return parts
+
+
+def _pick_nd(data, mask):
+    where = np.argwhere(mask)
+    assume(where.shape[0] > 0)
+    return tuple(where[data.draw(st.integers(0, where.shape[0] - 1), label="slot")])
+
+
+KINDS = ["count above slots", "negative count", "column outside the tile",
+         "duplicate slot columns", "unsorted slot columns", "non-zero padding value",
+         "non-zero padding column", "explicit zero in a slot",
+         "overflow_indptr does not start at 0", "overflow_indptr decreasing",
+         "overflow_indptr end beyond the entries", "overflow column outside the matrix",
+         "overflow explicit zero", "overflow duplicate column",
+         "overflow of a tile with free slots"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(case=cases(values="finite", tile_widths=(1, 2, 3, 8, 16)), data=st.data())
+def test_a_broken_storage_tuple_is_a_value_error(backend, kind, case, data):
+    parts, a = _host_parts(case)
+    parts = _corrupt(kind, parts, a, data)
+    arrays = tuple(backend.asarray(p) for p in parts)
+    with pytest.raises(ValueError):
+        twell.TwELLMatrix(arrays, shape=a.shape, tile_width=a.tile_width)
+
+
+def _base(backend):
+    x = np.zeros((3, 10))
+    x[0, [1, 2, 3, 5]] = [1, 2, 3, 4]
+    x[1, [8, 9]] = 5
+    x[2, 4] = 6
+    a = twell.TwELLMatrix(x, tile_width=4, slots=2)
+    parts = [a.counts, a.data, a.indices, a.overflow_indptr, a.overflow_indices, a.overflow_data]
+    return x, [backend.asarray(p) for p in parts]
+
+
+def _replace(parts, i, value):
+    return tuple(value if j == i else p for j, p in enumerate(parts))
+
+
+def _dtype_cases():
+    out = []
+    for i, name in enumerate(("counts", "data", "indices", "overflow_indptr",
+                              "overflow_indices", "overflow_data")):
+        for dt in (np.int64, np.float32, np.complex128, np.uint16, np.int32, np.bool_):
+            out.append(pytest.param(i, np.dtype(dt), name, id=f"{name}-{np.dtype(dt)}"))
+    return out
+
+
+@pytest.mark.parametrize(("i", "dtype", "name"), _dtype_cases())
+def test_a_storage_array_of_the_wrong_dtype_is_a_type_error_naming_it(backend, i, dtype, name):
+    _, parts = _base(backend)
+    if parts[i].dtype == dtype:
+        pytest.skip("the array's own dtype")
+    with pytest.raises(TypeError, match=name):
+        twell.TwELLMatrix(_replace(parts, i, parts[i].astype(dtype)), shape=(3, 10),
+                          tile_width=4)
+
+
+@pytest.mark.parametrize("dtype", ["complex128", "object", "<U3", "datetime64[s]",
+                                   "timedelta64[s]"])
+def test_unsupported_data_dtypes_in_a_tuple(dtype):
+    _, parts = _base(Backendless)
+    bad = parts[1].astype(dtype)
+    with pytest.raises(TypeError, match="data must have a dtype among"):
+        twell.TwELLMatrix(_replace(parts, 1, bad), shape=(3, 10), tile_width=4)
+
+
+class Backendless:
+    """The NumPy side of ``_base`` for tests that cannot run on CuPy (object/str arrays)."""
+
+    @staticmethod
+    def asarray(x):
+        return np.asarray(x)
+
+
+@pytest.mark.parametrize(("i", "shape", "message"), [
+    (0, (9,), "counts must have shape"),
+    (0, (3, 2), "counts must have shape"),
+    (1, (3, 3, 2, 1), "data must have shape"),
+    (1, (3, 6), "data must have shape"),
+    (2, (3, 3, 1), "indices must have the shape of data"),
+    (3, (5,), "overflow_indptr must have shape"),
+    (4, (1, 1), "overflow_indices and overflow_data must be 1-D"),
+], ids=["counts 1-D", "counts short", "data 4-D", "data 2-D", "indices short",
+        "indptr long", "overflow 2-D"])
+def test_a_storage_array_of_the_wrong_shape_is_a_value_error(backend, i, shape, message):
+    _, parts = _base(backend)
+    bad = backend.xp.zeros(shape, dtype=parts[i].dtype)
+    with pytest.raises(ValueError, match=message):
+        twell.TwELLMatrix(_replace(parts, i, bad), shape=(3, 10), tile_width=4)
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_a_non_contiguous_storage_array_is_a_value_error(backend, i):
+    _, parts = _base(backend)
+    a = parts[i]
+    wide = backend.xp.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
+    wide[..., ::2] = a
+    name = ("counts", "data", "indices")[i]
+    with pytest.raises(ValueError, match=f"{name} must be C-contiguous"):
+        twell.TwELLMatrix(_replace(parts, i, wide[..., ::2]), shape=(3, 10), tile_width=4)
+
+
+def test_read_only_storage_arrays_are_used_as_they_are_and_never_written():
+    # Guards: the matrix shares the arrays (copy=False), so every operation must leave
+    # them alone; read-only arrays are a valid input, not an error.
+    x, parts = _base(Backendless)
+    for p in parts:
+        p.flags.writeable = False
+    a = twell.TwELLMatrix(tuple(parts), shape=(3, 10), tile_width=4)
+    np.testing.assert_array_equal(a.toarray(), x)
+    np.testing.assert_array_equal(a @ np.arange(10.0), x @ np.arange(10.0))
+    np.testing.assert_array_equal((a * 2).toarray(), 2 * x)
+    np.testing.assert_array_equal(a.T.toarray(), x.T)
+    np.testing.assert_array_equal(a.astype(np.float32).toarray(), x.astype(np.float32))
+    assert (a.tocsr() != sp.csr_array(x)).nnz == 0
+    a.validate()
+
+
+@pytest.mark.parametrize(("shape", "message"), [
+    ((-3, 10), "shape must be non-negative"),
+    ((3, -10), "shape must be non-negative"),
+    ((3.0, 10), "shape must be a pair of non-negative ints"),
+    ((3, 10, 1), "shape must be a pair of non-negative ints"),
+    ((2**40, 2**40), r"shape\[0\] \(rows\) must be at most 2147483647"),
+    ((2**31, 10), r"shape\[0\] \(rows\) must be at most 2147483647; got shape=\(2147483648"),
+    ((3, 2**31), r"shape\[1\] \(columns\) must be at most 2147483647"),
+])
+def test_a_bad_shape_with_storage_arrays(backend, shape, message):
+    _, parts = _base(backend)
+    with pytest.raises(ValueError, match=message):
+        twell.TwELLMatrix(tuple(parts), shape=shape, tile_width=4)
+
+
+# -- huge requested shapes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("shape", "tile_width", "slots"), [
+    ((2**31 - 1, 2**31 - 1), 1, 1),
+    ((2**31 - 1, 2**31 - 1), 256, "auto"),
+    ((2**20, 2**31 - 1), 256, 1),
+    ((2**21, 2**16), 2**16, 2**13),
+], ids=["max x max, T=1", "max x max, T=256", "2^20 x max", "slots push it over"])
+def test_a_huge_empty_sparse_matrix_is_refused_before_any_allocation(shape, tile_width, slots):
+    # Guards: these used to allocate (M, n_tiles) arrays (MemoryError or an OOM kill).
+    with pytest.raises(ValueError, match=r"M \* n_tiles \* slots \(stored slots\) must be at "
+                                         rf"most {_layout.MAX_STORED_SLOTS}; got {shape[0]} \*"):
+        twell.TwELLMatrix(sp.coo_array(shape), tile_width=tile_width, slots=slots)
+
+
+def test_the_storage_message_names_parameters_limit_and_value():
+    with pytest.raises(ValueError) as info:
+        twell.TwELLMatrix(sp.coo_array((2**20, 2**20)), tile_width=1, slots=1)
+    msg = str(info.value)
+    for part in ("M * n_tiles * slots", str(_layout.MAX_STORED_SLOTS), "1048576 * 1048576 * 1",
+                 "= 1099511627776", "tile_width=1", "slots=1"):
+        assert part in msg
+
+
+def test_an_empty_matrix_with_many_tiles_validates_without_per_tile_memory():
+    # Regression: validate() built an int64 array of n_tiles elements, 16 GiB for
+    # (0, 2**31 - 1) with tile_width=1 (MemoryError), although the matrix stores nothing.
+    a = twell.TwELLMatrix(sp.csr_array((0, 2**31 - 1)), tile_width=1, slots=1)
+    a.validate()
+    assert a.nnz == 0 and a.nbytes == 8
+    b = twell.TwELLMatrix((a.counts, a.data, a.indices, a.overflow_indptr, a.overflow_indices,
+                           a.overflow_data), shape=(0, 2**31 - 1), tile_width=1)
+    assert b.shape == (0, 2**31 - 1) and b.nnz == 0
+    np.testing.assert_array_equal(b @ np.ones((2**31 - 1, 0)), np.zeros((0, 0)))
+
+
+def test_a_huge_dense_like_request_is_refused():
+    with pytest.raises(ValueError, match=r"x.shape\[0\] \(rows\) must be at most"):
+        twell.TwELLMatrix(sp.coo_array((2**31, 4)))
+    with pytest.raises(ValueError, match=r"x.shape\[1\] \(columns\) must be at most"):
+        twell.ELLMatrix(sp.coo_array((4, 2**31)))
+
+
+def _file(fields):
+    f = io.BytesIO()
+    np.savez(f, **fields)
+    f.seek(0)
+    return f
+
+
+@pytest.mark.parametrize("shape", [(2**40, 2**40), (2**31, 10), (10, 2**31)])
+def test_a_file_claiming_a_huge_shape_is_a_value_error(shape):
+    x = np.zeros((2, 10), dtype=np.float32)
+    x[0, 1] = 1
+    fields = _io._fields(twell.TwELLMatrix(x, tile_width=4, slots=2))
+    fields["shape"] = np.array(shape, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"invalid twell file: .*must be at most 2147483647"):
+        twell.load(_file(fields))
+
+
+def test_a_file_claiming_many_tiles_is_a_value_error_without_allocating():
+    x = np.zeros((2, 10), dtype=np.float32)
+    x[0, 1] = 1
+    fields = _io._fields(twell.TwELLMatrix(x, tile_width=4, slots=2))
+    fields["shape"] = np.array([2, 2**31 - 1], dtype=np.int64)
+    fields["tile_width"] = np.array(1)
+    with pytest.raises(ValueError, match=r"invalid twell file: .*counts must have shape"):
+        twell.load(_file(fields))
+
+
+# -- operands -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("other_shape", [(3,), (11,), (3, 2), (9, 4), (10, 2, 1), ()],
+                         ids=str)
+def test_mismatched_matmul_shapes(backend, other_shape):
+    x, parts = _base(backend)
+    a = twell.TwELLMatrix(tuple(parts), shape=(3, 10), tile_width=4)
+    with pytest.raises(ValueError, match="dimension mismatch|other must be 1-D or 2-D"):
+        a @ backend.xp.ones(other_shape)
+    if other_shape not in ((3,), ()):
+        with pytest.raises(ValueError, match="dimension mismatch|other must be 1-D or 2-D"):
+            backend.xp.ones(other_shape) @ a
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "object", "<U2", "datetime64[s]",
+                                   "timedelta64[s]", "V8"])
+def test_unsupported_dtypes_everywhere(dtype):
+    x, parts = _base(Backendless)
+    a = twell.TwELLMatrix(tuple(parts), shape=(3, 10), tile_width=4)
+    arr = np.zeros((3, 10), dtype=dtype)
+    with pytest.raises(TypeError):
+        a @ np.zeros(10, dtype=dtype)
+    with pytest.raises(TypeError):
+        np.zeros((2, 3), dtype=dtype) @ a
+    with pytest.raises(TypeError):
+        twell.TwELLMatrix(arr)
+    with pytest.raises(TypeError):
+        twell.ELLMatrix(arr)
+    with pytest.raises(TypeError):
+        a.astype(dtype)
+    with pytest.raises(TypeError):
+        twell.TwELLMatrix(x, dtype=dtype)
+
+
+def test_complex_sparse_input_is_a_type_error(backend):
+    x = sp.csr_array(np.eye(3, dtype=np.complex128))
+    with pytest.raises(TypeError, match="x.dtype must be one of"):
+        twell.TwELLMatrix(x)
+
+
+def test_mixed_numpy_and_cupy_storage_arrays(gpu):
+    _, host = _base(Backendless)
+    for i in range(6):
+        parts = tuple(gpu.asarray(p) if j == i else p for j, p in enumerate(host))
+        with pytest.raises(TypeError):
+            twell.TwELLMatrix(parts, shape=(3, 10), tile_width=4)
+
+
+def test_mixed_numpy_and_cupy_operands(gpu):
+    x, host = _base(Backendless)
+    a_host = twell.TwELLMatrix(tuple(host), shape=(3, 10), tile_width=4)
+    a_dev = twell.TwELLMatrix(gpu.asarray(x), tile_width=4, slots=2)
+    with pytest.raises(TypeError):
+        a_host @ gpu.xp.ones(10)
+    with pytest.raises(TypeError):
+        a_dev @ np.ones(10)
+    with pytest.raises(TypeError):
+        gpu.xp.ones(3) @ a_host
+    with pytest.raises(TypeError):
+        np.ones(3) @ a_dev
