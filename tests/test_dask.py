@@ -329,3 +329,22 @@ def test_load_checks_blocks(tmp_path):
         tdask.load(tmp_path)
     with pytest.raises(FileNotFoundError):
         tdask.load(tmp_path / "nowhere")
+
+
+# -- GPU ---------------------------------------------------------------------------------------
+
+def test_cupy_blocks(gpu, rng):
+    """CuPy chunks give CuPy blocks; products stay on the GPU; get() brings blocks home."""
+    cupy = gpu.xp
+    x = sparse_dense(rng, (40, 300))
+    b = rng.standard_normal((300, 6)).astype(np.float32)
+    chunks = da.from_array(x, chunks=(15, 100)).map_blocks(
+        cupy.asarray, meta=cupy.empty((0, 0), dtype=np.float32))
+    A = tdask.from_dask_array(chunks)
+    assert A.device == "cuda" and A.row_chunks == (15, 15, 10)
+    y = A @ cupy.asarray(b)
+    assert isinstance(y._meta, cupy.ndarray)
+    assert_matmul_close(cupy.asnumpy(y.compute()), x, b, F32)
+    host = A.get()
+    assert host.device == "cpu"
+    np.testing.assert_array_equal(host.to_dask_array().compute(), x)
