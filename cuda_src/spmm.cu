@@ -12,7 +12,8 @@ using namespace twell;
 // of the B row (one 16-byte load when VEC > 1: the launcher checks N % VEC == 0 and alignment).
 // Entries are taken four at a time so that four B loads are in flight before the FMAs.
 // `gate` points to true unless twell_spmm_mma computes the product instead.
-// Grid: (ceil(M / warps per block), ceil(N / (32 * VEC))).
+// Grid: (ceil(M / warps per block), ceil(N / (32 * VEC))); grid y is at most 65535, so the
+// launcher splits wider products into column chunks.
 template <typename T, int VEC>
 __global__ void twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
                                 const unsigned short* __restrict__ indices,
@@ -322,7 +323,8 @@ __device__ inline void cp_async16(void* dst, const void* src, bool inside) {
 // of rows spread over the banks), and the (row block, tile) segment of records.
 // The rows' overflow entries are added in the epilogue from global B (CUDA cores).
 // Preconditions (launcher): N % 8 == 0, B 16-byte aligned, tile_width <= 256.
-// Grid: (ceil(N / 64), n_row_blocks). Dynamic shared memory: STAGES * stage size.
+// Grid: (ceil(N / 64), n_row_blocks), n_row_blocks <= 65535 (grid y; the launcher runs
+// twell_spmm_rows for taller matrices). Dynamic shared memory: STAGES * stage size.
 constexpr int kBlockCols = 64;
 
 template <typename T, int WARPS, int GROUPS, int STAGES>

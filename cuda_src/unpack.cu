@@ -67,7 +67,7 @@ __global__ void twell_slots_to_csr(const int* __restrict__ counts, const T* __re
 // twell/_layout.py. One thread per query.
 __global__ void twell_layout_probe(const long long* __restrict__ n_cols, const int* __restrict__ tile_width,
                                    int n, long long* __restrict__ out_tiles, int* __restrict__ out_capacity) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   out_tiles[i] = n_tiles(n_cols[i], tile_width[i]);
   out_capacity[i] = i < 3 ? packed_capacity(2 << i) : 0;  // compressions 2, 4, 8

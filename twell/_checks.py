@@ -59,8 +59,10 @@ def validate_parts(parts, shape, tile_width):
     used = slot_mask(counts, slots)
     # Only the last tile can be narrower than tile_width: no array of n_tiles elements
     # (validation memory stays proportional to the storage arrays, whatever K is).
-    _expect((~used | (indices.astype(np.int64) < tile_width)).all(),
-            f"indices: a slot column lies outside its tile (at or past tile_width={tile_width})")
+    if tile_width < _layout.MAX_TILE_WIDTH:  # uint16 columns are all below 65536
+        _expect((~used | (indices < np.uint16(tile_width))).all(),
+                f"indices: a slot column lies outside its tile (at or past "
+                f"tile_width={tile_width})")
     if nt and m:
         last = k - (nt - 1) * tile_width
         _expect((~used[:, -1] | (indices[:, -1] < last)).all(),

@@ -24,6 +24,9 @@ _MODE_COUNT, _MODE_SLOTS, _MODE_OVERFLOW = 0, 1, 2
 
 _i32, _i64 = np.int32, np.int64
 
+#: CUDA's limit on gridDim.y (gridDim.x allows 2**31 - 1 blocks).
+_MAX_GRID_Y = 65535
+
 
 def _blocks(items, per_block):
     return (int(-(-items // per_block)),)
@@ -315,6 +318,15 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
     n = b.shape[1]
     if m == 0 or n == 0:
         return cupy.zeros((m, n), dtype=out_dtype)
+    # twell_spmm_rows puts blocks of 32 output columns (or more) on grid y, at most
+    # _MAX_GRID_Y of them: wider products run in column chunks (a copy of each chunk of b).
+    chunk = _MAX_GRID_Y * 32
+    if n > chunk:
+        out = cupy.empty((m, n), dtype=out_dtype)
+        for c0 in range(0, n, chunk):
+            part = cupy.ascontiguousarray(b[:, c0:c0 + chunk])
+            out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype, mma_shape)
+        return out
     out = cupy.empty((m, n), dtype=out_dtype)
     common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
               parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
@@ -326,6 +338,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
         return out
     run_rows = cupy.ones((), dtype=bool)
     mma_shape = _mma_shape(out_dtype, tile_width, parts.data.shape[2], b, mma_shape)
+    if mma_shape is not None and -(-m // (_GROUP_ROWS * mma_shape[0] * mma_shape[1])) > _MAX_GRID_Y:
+        mma_shape = None  # its row blocks are grid y: too many rows for the tensor-core kernel
     if mma_shape is not None:
         finite = cupy.isfinite(b).all()
         run_rows = ~finite

@@ -357,7 +357,10 @@ class TwELLMatrix:
 
         scipy.sparse and cupyx hold neither bfloat16 nor float16: such a
         matrix raises TypeError; cast it with ``astype(numpy.float32)`` first.
+        cupyx indexes with int32: on the GPU, ``nnz`` above ``2**31 - 1`` is a
+        ValueError (``.get().tocsr()`` gives a host array with int64 indices).
         """
+        self._check_cupyx_size()
         indptr, indices, data = self._csr_arrays()
         return _sparse_type(self._xp, "csr", data.dtype)(
             (data, indices, indptr), shape=self.shape
@@ -365,11 +368,24 @@ class TwELLMatrix:
 
     def tocoo(self, copy=False):
         """Convert to ``scipy.sparse.coo_array`` (host) or ``cupyx.scipy.sparse.coo_matrix``."""
+        self._check_cupyx_size()
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         idx = np.int32 if self._xp is not np else np.int64
         return _sparse_type(self._xp, "coo", vals.dtype)(
             (vals, (rows.astype(idx), cols.astype(idx))), shape=self.shape
         )
+
+    def _check_cupyx_size(self):
+        """cupyx.scipy.sparse indexes with int32: refuse what it would wrap around."""
+        if self._xp is np:
+            return
+        nnz = self.nnz  # host sync; tocsr/tocoo synchronise for their size anyway
+        if nnz > _layout.MAX_COLUMNS:
+            raise ValueError(
+                f"cupyx.scipy.sparse indexes with int32: nnz must be at most "
+                f"{_layout.MAX_COLUMNS} for tocsr()/tocoo() on the GPU; got nnz={nnz} (use "
+                f".get().tocsr() for a host scipy array with int64 indices)"
+            )
 
     def to_ell(self, width=None):
         """Convert to row-wise :class:`ELLMatrix` (``width``: see ELLMatrix)."""
