@@ -32,6 +32,8 @@ class ELLMatrix:
     shape : tuple of int
     dtype : numpy.dtype
     width : int
+    nbytes : int
+        Bytes of ``data`` and ``indices``.
 
     Raises
     ------
@@ -99,6 +101,18 @@ class ELLMatrix:
 
     dtype = property(lambda self: self.data.dtype, doc="Value dtype.")
     width = property(lambda self: self.data.shape[1], doc="Slots per row.")
+
+    @property
+    def nbytes(self):
+        """Bytes of the storage arrays: ``M * width * (itemsize + 4)``.
+
+        Examples
+        --------
+        >>> import numpy as np, twell
+        >>> twell.ELLMatrix(np.eye(3, dtype=np.float32)).nbytes
+        24
+        """
+        return int(self.data.nbytes + self.indices.nbytes)
 
     @property
     def nnz(self):

@@ -293,7 +293,11 @@ class TwELLMatrix:
 
     @property
     def nbytes(self):
-        """Bytes of all storage arrays."""
+        """Bytes of all six storage arrays.
+
+        ``M * n_tiles * (4 + slots * (itemsize + 2)) + 8 * (M + 1)
+        + overflow_nnz * (4 + itemsize)``.
+        """
         return int(sum(a.nbytes for a in self._parts))
 
     def tile_nnz(self):
