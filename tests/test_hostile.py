@@ -364,3 +364,18 @@ def test_mixed_numpy_and_cupy_operands(gpu):
         gpu.xp.ones(3) @ a_host
     with pytest.raises(TypeError):
         np.ones(3) @ a_dev
+
+
+def test_range_errors_name_the_position_and_the_value(backend):
+    # Every message names the parameter, the limit and the value that was given.
+    _, parts = _base(backend)
+    counts = parts[0].copy()
+    counts[2, 1] = 7
+    with pytest.raises(ValueError, match=r"counts must be between 0 and slots=2; "
+                                         r"got counts\[2, 1\]=7"):
+        twell.TwELLMatrix(_replace(parts, 0, counts), shape=(3, 10), tile_width=4)
+    cols = parts[4].copy()
+    cols[0] = -4
+    with pytest.raises(ValueError, match=r"overflow_indices must be in \[0, K=10\); "
+                                         r"got overflow_indices\[0\]=-4"):
+        twell.TwELLMatrix(_replace(parts, 4, cols), shape=(3, 10), tile_width=4)

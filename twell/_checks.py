@@ -12,6 +12,18 @@ def _expect(ok, message):
         raise ValueError(message)
 
 
+def _expect_all(ok, message, name, array):
+    """Raise when ``ok`` is not all true, naming the first failing position and its value."""
+    if bool(ok.all()):  # host sync on the GPU: validation must decide here
+        return
+    xp = _backend.array_module(ok)
+    where = tuple(int(i) for i in xp.argwhere(~ok)[0])
+    at = where[:array.ndim]
+    value = array[at].item() if hasattr(array[at], "item") else array[at]
+    index = ", ".join(map(str, at))
+    raise ValueError(f"{message}; got {name}[{index}]={value!r}")
+
+
 def _dtype(name, array, expected):
     if array.dtype != expected:
         raise TypeError(f"{name} must have dtype {expected}; got {name}.dtype={array.dtype}")
@@ -54,8 +66,8 @@ def validate_parts(parts, shape, tile_width):
             raise ValueError(f"{name} must be C-contiguous")
 
     # Slots.
-    _expect(((counts >= 0) & (counts <= slots)).all(),
-            f"counts must be between 0 and slots={slots}")
+    _expect_all((counts >= 0) & (counts <= slots),
+                f"counts must be between 0 and slots={slots}", "counts", counts)
     used = slot_mask(counts, slots)
     # Only the last tile can be narrower than tile_width: no array of n_tiles elements
     # (validation memory stays proportional to the storage arrays, whatever K is).
@@ -82,7 +94,8 @@ def validate_parts(parts, shape, tile_width):
     _expect((xp.diff(indptr) >= 0).all(), "overflow_indptr must be non-decreasing")
     _expect(indptr[-1] == ocols.size, "overflow_indptr[-1] must equal len(overflow_indices)")
     if ocols.size:
-        _expect(((ocols >= 0) & (ocols < k)).all(), f"overflow_indices must be in [0, K={k})")
+        _expect_all((ocols >= 0) & (ocols < k), f"overflow_indices must be in [0, K={k})",
+                    "overflow_indices", ocols)
         rows = expand_indptr(indptr)
         same_row = rows[1:] == rows[:-1]
         _expect((~same_row | (ocols[1:] > ocols[:-1])).all(),
