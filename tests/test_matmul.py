@@ -79,12 +79,16 @@ def test_rmatmul_against_scipy(backend, dtype, case, rhs):
                           slots=case.slots)
     b = rhs.make(m, dtype)  # (M,) or (M, n)
     stored_t = sp.csr_array(dense_from_parts(a)).T
+    abs_t = sp.csr_array(np.abs(dense_from_parts(a))).T
+    b64 = cast(b, np.float64)
     if rhs.n is None:
-        out, want, shape = backend.asarray(b) @ a, stored_t @ cast(b, np.float64), (k,)
+        out, want, shape = backend.asarray(b) @ a, stored_t @ b64, (k,)
+        magnitude = abs_t @ np.abs(b64)
     else:
         bt = np.ascontiguousarray(b.T)  # (n, M)
-        out, want, shape = backend.asarray(bt) @ a, (stored_t @ cast(b, np.float64)).T, (rhs.n, k)
-    check_product(backend, out, want, dtype, shape)
+        out, want, shape = backend.asarray(bt) @ a, (stored_t @ b64).T, (rhs.n, k)
+        magnitude = (abs_t @ np.abs(b64)).T
+    check_product(backend, out, want, dtype, shape, magnitude)
 
 
 def test_dot_is_matmul(backend, rng):
