@@ -41,26 +41,36 @@ __host__ __device__ inline double f32_bits_to_double(unsigned bits) {
 
 // double -> the bits of the nearest value with `precision` significant bits and the exponent
 // range of float32 (precision 24: float32, 8: bfloat16), ties to even, as a float32 bit
-// pattern (bfloat16 takes its top 16 bits, which are then exact).
+// pattern (bfloat16 takes its top 16 bits, which are then exact). Integer arithmetic only:
+// an earlier rint/ldexp version rounded exact ties up under one host compiler, and integers
+// leave no room for a library's or a compiler's rounding choices.
 __host__ __device__ inline unsigned double_to_f32_bits(double v, int precision) {
   const unsigned long long u = double_bits(v);
   const unsigned sign = static_cast<unsigned>(u >> 63) << 31;
-  const double a = fabs(v);
-  if (a != a) return sign | 0x7fc00000u | static_cast<unsigned>((u >> 29) & 0x3fffffu);  // NaN
-  if (a == 0.0) return sign;
-  // Quantum of the target at a's binade; below 2^-126 it stays that of the subnormals.
-  const int e = a < 0x1p-126 ? -126 : ilogb(a);
-  const double q = ldexp(1.0, e - precision + 1);
-  const double r = rint(a / q) * q;  // exact scaling by a power of two; rint ties to even
-  if (!(r < 0x1p128)) return sign | 0x7f800000u;  // rounds past the largest finite: Inf
-  // r fits the target exactly: assemble its float32 bits from double bits.
-  const unsigned long long rb = double_bits(r);
-  const int re = static_cast<int>((rb >> 52) & 0x7ff) - 1023;
-  if (re < -126) {  // float32 subnormal: r / 2^-149 is an integer below 2^23
-    return sign | static_cast<unsigned>(r * 0x1p149);
+  const int biased = static_cast<int>((u >> 52) & 0x7ff);
+  const unsigned long long fraction = u & ((1ull << 52) - 1);
+  if (biased == 0x7ff) {  // Inf, or NaN with its payload's top bits kept and made quiet
+    return fraction == 0 ? sign | 0x7f800000u
+                         : sign | 0x7fc00000u | static_cast<unsigned>((u >> 29) & 0x3fffffu);
   }
-  return sign | (static_cast<unsigned>(re + 127) << 23) |
-         static_cast<unsigned>((rb >> 29) & 0x7fffffu);
+  if (biased == 0) return sign;  // zero or a double subnormal: far below half of 2^-149
+  const int e = biased - 1023;
+  if (e > 127) return sign | 0x7f800000u;
+  // v = m * 2^(e - 52); the target's quantum is 2^(qe), qe = max(e, -126) - precision + 1.
+  const unsigned long long m = fraction | (1ull << 52);
+  const int qe = (e < -126 ? -126 : e) - precision + 1;
+  const int shift = qe - (e - 52);  // >= 53 - precision > 0
+  if (shift >= 64) return sign;     // below a quarter of the quantum
+  const unsigned long long half = 1ull << (shift - 1), rest = m & ((half << 1) - 1);
+  unsigned long long q = m >> shift;  // at most 2^precision after rounding
+  if (rest > half || (rest == half && (q & 1))) ++q;
+  // float32 bits of q * 2^qe. For normals, adding q's leading bit into the exponent field
+  // carries a rounding up to 2^precision into the next binade; for subnormals, q aligned to
+  // 2^-149 is the mantissa, and 2^(precision-1) lands on the smallest normal.
+  const unsigned long long aligned = q << (24 - precision);
+  const unsigned long long bits =
+      e < -126 ? aligned : (static_cast<unsigned long long>(e + 127) << 23) + aligned - (1ull << 23);
+  return bits >= 0x7f800000ull ? sign | 0x7f800000u : sign | static_cast<unsigned>(bits);
 }
 
 template <typename T> __host__ __device__ inline double widen(T v);

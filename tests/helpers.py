@@ -117,30 +117,6 @@ class Backend:
             del blocks
 
 
-# -- known GPU limitation (fix pending a GPU run) -------------------------------------------
-# The H200 run of 2026-12-02 showed float32/bfloat16 subnormals flushed to zero in GPU
-# conversions: CuPy compiles every kernel with -ftz=true (cupy/cupy#9576), its own casts and
-# the first twell_cast alike. twell_cast now converts in integer and double arithmetic
-# (checked on the CPU by test_cast_host.py) and should keep them: the next GPU run is expected
-# to turn the strict xfails below into XPASS failures; then remove GPU_FTZ and the steering.
-GPU_FTZ = ("on the GPU, float32/bfloat16 conversions flush subnormals to zero (twell_cast "
-           "included); known limitation, issue 2 follow-up")
-
-
-def no_gpu_subnormal_results(backend, x, dtype, scale=1.0):
-    """``x`` with the values whose cast (times ``scale``) is a float32 subnormal set to zero,
-    on CuPy and for float32/bfloat16 only (see GPU_FTZ)."""
-    if not backend.on_gpu or np.dtype(dtype) not in (F32, BF16):
-        return x
-    x = np.array(x, dtype=np.float64, copy=True)
-    tiny = np.finfo(np.float32).tiny * 1.001  # values that may round into the subnormals
-    with np.errstate(all="ignore"):
-        for v in (x, x * scale):
-            mag = np.abs(v)
-            x[(mag > 0) & (mag < tiny)] = 0
-    return x
-
-
 def cast(x, dtype):
     """``x.astype(dtype)`` without overflow warnings (overflow to Inf is the point)."""
     with np.errstate(all="ignore"):

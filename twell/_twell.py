@@ -579,12 +579,13 @@ class TwELLMatrix:
         if axis not in (None, 0, 1, -1, -2):
             raise ValueError(f"axis must be None, 0 or 1; got axis={axis!r}")
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
-        vals = _backend_of(xp).cast(vals, np.float64)
+        cast = _backend_of(xp).cast  # CuPy's own casts flush float32 subnormals
+        vals = cast(vals, np.float64)
         if axis is None:
-            return vals.sum().astype(self.dtype)[()]
+            return cast(vals.sum(), self.dtype)[()]
         axis %= 2
         key, n = (cols, self.shape[1]) if axis == 0 else (rows, self.shape[0])
-        return xp.bincount(key, weights=vals, minlength=n).astype(self.dtype)
+        return cast(xp.bincount(key, weights=vals, minlength=n), self.dtype)
 
 
 def _is_array(x):
