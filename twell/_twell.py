@@ -582,7 +582,7 @@ class TwELLMatrix:
         cast = _backend_of(xp).cast  # CuPy's own casts flush float32 subnormals
         vals = cast(vals, np.float64)
         if axis is None:
-            return cast(vals.sum(), self.dtype)[()]
+            return cast(vals.sum().reshape(1), self.dtype).reshape(())[()]
         axis %= 2
         key, n = (cols, self.shape[1]) if axis == 0 else (rows, self.shape[0])
         return cast(xp.bincount(key, weights=vals, minlength=n), self.dtype)
