@@ -1,0 +1,169 @@
+"""Bitwise determinism of packing and of the products, on both backends.
+
+The same input must give the same bits, not just close values: every run, every launch
+configuration of the tensor-core SpMM and every CUDA stream. The kernels promise it (fixed
+accumulation order, no atomics: ``cuda_src/spmm.cu``); these tests hold them to it.
+
+What is compared: the raw bits (a view as an unsigned integer of the same size) of the six
+public storage arrays of every packed matrix, and of every product. Inputs are random normal
+values, whose sums are not exact in any dtype (a different summation order shows), at 0 to 3%
+density per row plus two nearly dense rows, so that tiles overflow with the given slots and
+with ``slots="auto"``, and K is not a multiple of the tile width (a partial last tile).
+
+Between repeated runs on the GPU, ``Backend.poison`` fills the pool's free memory with 0xFF:
+a kernel that leaves part of an ``empty`` output unwritten then shows it as changed bits.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from helpers import BF16, DTYPES, F16, PART_NAMES, cast
+
+import twell
+
+RUNS = 3
+
+#: 600 rows: a partial last row block for every tensor-core SpMM shape (128, 256 or 512 rows)
+#: and a partial last 16-row group. 777 columns: a partial last tile for every tile width here.
+M, K = 600, 777
+
+#: Right-hand-side widths: 72 (tensor cores for 16-bit values: a multiple of 8, and a partial
+#: second block of 64 columns; 16-byte vectors otherwise), 30 (one value at a time).
+WIDTHS = (72, 30)
+
+#: (tile_width, slots) of the matrices packed with given slots; slots="auto" runs as well.
+#: 256 / 3: overflowing tiles and 16-byte vector packing; 100 / 1: packing one value at a time.
+LAYOUTS = [pytest.param(256, 3, id="t256-s3"), pytest.param(100, 1, id="t100-s1")]
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_HALF = (F16, BF16)
+
+
+def _activations(rng, dtype):
+    """(M, K) random normal values at 0-3% density per row; rows 0 and 1 nearly dense."""
+    density = rng.uniform(0.0, 0.03, size=(M, 1))
+    density[:2] = 0.9
+    x = rng.standard_normal((M, K)) * (rng.random((M, K)) < density)
+    return cast(x, dtype)
+
+
+def _inputs(backend, rng, dtype):
+    """Dense A, the same values as float64 CSR, a (K, 72) and a (K, 30) B and a vector."""
+    x = _activations(rng, dtype)
+    csr = sp.csr_array(cast(x, np.float64))  # exact: every dtype here widens to float64
+    rhs = [cast(rng.standard_normal((K, n)), dtype) for n in WIDTHS]
+    v = cast(rng.standard_normal(K), dtype)
+    return (backend.asarray(x), backend.sparse(csr, "csr"),
+            [backend.asarray(b) for b in rhs], backend.asarray(v))
+
+
+def _operations(inputs, dtype, tile_width, slots):
+    """Every operation under test: ``{name: array}``, arrays where the inputs live."""
+    x, csr, rhs, v = inputs
+    mats = {
+        "dense": twell.TwELLMatrix(x, tile_width=tile_width, slots=slots),
+        "dense auto": twell.TwELLMatrix(x, tile_width=tile_width, slots="auto"),
+        "csr": twell.TwELLMatrix(csr, tile_width=tile_width, slots=slots, dtype=dtype),
+        "csr auto": twell.TwELLMatrix(csr, tile_width=tile_width, slots="auto", dtype=dtype),
+    }
+    out = {f"{name}.{part}": getattr(a, part) for name, a in mats.items() for part in PART_NAMES}
+    for name in ("dense", "dense auto"):
+        a = mats[name]
+        for b in rhs:
+            out[f"{name} @ B{b.shape}"] = a @ b
+        out[f"{name} @ v"] = a @ v
+    return out
+
+
+def _bits(backend, arrays):
+    """``{name: (dtype name, host array of the raw bits)}`` of ``{name: array}``."""
+    out = {}
+    for name, x in arrays.items():
+        raw = backend.to_host(x.view(_UINT[x.dtype.itemsize]))
+        out[name] = (x.dtype.name, np.asarray(raw))
+    return out
+
+
+def _assert_same_bits(got, want, what):
+    assert got.keys() == want.keys()
+    for name, (dtype, bits) in got.items():
+        assert dtype == want[name][0], f"{what}, {name}: dtype {dtype} != {want[name][0]}"
+        np.testing.assert_array_equal(bits, want[name][1], err_msg=f"{what}, {name}: bits")
+
+
+def _check_inputs_overflow(arrays, tile_width):
+    # The inputs are meant to overflow: otherwise the overflow kernels would go untested here.
+    assert K % tile_width != 0
+    assert arrays["dense.overflow_data"].size > 0
+    assert arrays["dense auto.overflow_data"].size > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("tile_width", "slots"), LAYOUTS)
+def test_repeated_runs_give_the_same_bits(backend, rng, dtype, tile_width, slots):
+    # Guards against races, atomics and unwritten output elements in packing (dense, CSR,
+    # given slots and "auto") and in SpMM/SpMV. On NumPy, the specification is deterministic too.
+    inputs = _inputs(backend, rng, dtype)
+    first = _operations(inputs, dtype, tile_width, slots)
+    _check_inputs_overflow(first, tile_width)
+    want = _bits(backend, first)
+    del first
+    for run in range(1, RUNS):
+        backend.poison()
+        got = _bits(backend, _operations(inputs, dtype, tile_width, slots))
+        _assert_same_bits(got, want, f"run {run + 1} vs run 1")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("tile_width", "slots"), LAYOUTS)
+def test_dense_and_csr_input_pack_to_the_same_bits(backend, rng, dtype, tile_width, slots):
+    # The storage of a matrix does not depend on the path that built it (the format is
+    # canonical: unused slots hold zeros), whatever the kernel (dense or CSR packing).
+    bits = _bits(backend, _operations(_inputs(backend, rng, dtype), dtype, tile_width, slots))
+    for src, dst in (("csr", "dense"), ("csr auto", "dense auto")):
+        got = {p: bits[f"{src}.{p}"] for p in PART_NAMES}
+        want = {p: bits[f"{dst}.{p}"] for p in PART_NAMES}
+        _assert_same_bits(got, want, f"{src} vs {dst}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
+    # Guards the tensor-core SpMM's launch configurations (warps, 16-row groups per warp,
+    # pipeline stages): the row blocks and the pipelining differ, the sums must not. For
+    # float32/float64 the shape is ignored (twell_spmm_rows runs): the check is then that
+    # asking for a shape changes nothing.
+    from twell import _cupy_backend, _kernels
+
+    x, _, rhs, _ = _inputs(gpu, rng, dtype)
+    a = twell.TwELLMatrix(x, slots=3)
+    assert a.overflow_nnz > 0
+    dtype = np.dtype(dtype)
+    for b in rhs:
+        want = _bits(gpu, {"A @ B": a @ b})
+        for shape in _kernels.MMA_SHAPES:
+            if dtype in _HALF and b.shape[1] % 8 == 0:
+                # slots=3 keeps every shape's shared memory under the limit: each call
+                # really runs the shape it asks for instead of falling back to another kernel.
+                assert _cupy_backend._mma_shape(dtype, a.tile_width, a.slots, b, shape) == shape
+            got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, dtype,
+                                     mma_shape=shape)
+            _assert_same_bits(_bits(gpu, {"A @ B": got}), want,
+                              f"mma_shape={shape} vs default, B{b.shape}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_non_default_stream_gives_the_same_bits(gpu, rng, dtype):
+    # Kernels and copies must run on CuPy's current stream. A non-blocking stream does not
+    # wait for the legacy default stream, so work hidden on the default stream would race
+    # with the rest and show here as different bits (or as garbage).
+    import cupy
+
+    tile_width, slots = 256, 3
+    inputs = _inputs(gpu, rng, dtype)
+    want = _bits(gpu, _operations(inputs, dtype, tile_width, slots))
+    gpu.poison()
+    cupy.cuda.Device().synchronize()  # the inputs were written on the default stream
+    with cupy.cuda.Stream(non_blocking=True) as s:
+        arrays = _operations(inputs, dtype, tile_width, slots)
+    s.synchronize()
+    _assert_same_bits(_bits(gpu, arrays), want, "non-default stream vs default stream")
