@@ -126,12 +126,24 @@ def test_dense_and_csr_input_pack_to_the_same_bits(backend, rng, dtype, tile_wid
         _assert_same_bits(got, want, f"{src} vs {dst}")
 
 
+def _misaligned(xp, b):
+    """A copy of ``b`` starting one element past a 16-byte boundary.
+
+    Every SpMM kernel but ``twell_spmm_rows`` needs 16-byte aligned B: with this copy that
+    one runs, one value at a time (its order of accumulation does not depend on the vector
+    width).
+    """
+    out = xp.empty(b.size + 1, dtype=b.dtype)[1:].reshape(b.shape)
+    out[...] = b
+    return out
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
     # Guards the tensor-core SpMM's launch configurations (warps, 16-row groups per warp,
     # pipeline stages): the row blocks and the pipelining differ, the sums must not. For
-    # float32/float64 the shape is ignored (twell_spmm_rows runs): the check is then that
-    # asking for a shape changes nothing.
+    # float32/float64, and N = 30, no tensor-core kernel exists and the shape is ignored:
+    # the check is then that asking for one changes nothing.
     from twell import _cupy_backend, _kernels
 
     x, _, rhs, _ = _inputs(gpu, rng, dtype)
@@ -139,7 +151,8 @@ def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
     assert a.overflow_nnz > 0
     dtype = np.dtype(dtype)
     for b in rhs:
-        want = _bits(gpu, {"A @ B": a @ b})
+        what = f"B{b.shape}"
+        shapes = {}
         for shape in _kernels.MMA_SHAPES:
             if dtype in _HALF and b.shape[1] % 8 == 0:
                 # slots=3 keeps every shape's shared memory under the limit: each call
@@ -147,8 +160,20 @@ def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
                 assert _cupy_backend._mma_shape(dtype, a.tile_width, a.slots, b, shape) == shape
             got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, dtype,
                                      mma_shape=shape)
-            _assert_same_bits(_bits(gpu, {"A @ B": got}), want,
-                              f"mma_shape={shape} vs default, B{b.shape}")
+            shapes[shape] = _bits(gpu, {what: got})
+        first = _kernels.MMA_SHAPES[0]
+        for shape, got in shapes.items():
+            _assert_same_bits(got, shapes[first], f"mma_shape={shape} vs {first}")
+        # The default A @ B runs one of these kernels: a tensor-core shape, or a kernel that
+        # accumulates in twell_spmm_rows' order and so gives its bits.
+        default = _bits(gpu, {what: a @ b})
+        rows = _bits(gpu, {what: a @ _misaligned(gpu.xp, b)})
+        if not _same(default, shapes[first]):
+            _assert_same_bits(default, rows, "default A @ B (not the mma bits) vs rows kernel")
+
+
+def _same(got, want):
+    return all(got[n][0] == want[n][0] and np.array_equal(got[n][1], want[n][1]) for n in got)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
