@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 import traceback
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -86,6 +87,8 @@ SCI_TILE_WIDTHS = (65536, 4096, 256)
 #: Column families of the printed table, in order.
 FAMILIES = ("dense", "cupyx", "torch", "ref")
 OPS = ("pack", "gemm+pack", "csr->twell", "twell->csr", "twell->dense", "spmm", "spmv")
+#: Conversions: each of their rows also gets its peak memory, from one more, untimed call.
+PEAK_OPS = ("pack", "csr->twell", "twell->csr", "twell->dense")
 WORKLOADS = ("ffn", "sweep", "hot", "sci")
 
 #: Past ``--time-budget`` the reps drop to the minimum; past this multiple, cases are skipped.
@@ -269,6 +272,20 @@ class GPU:
             b.data.copy_from_device_async(a.data, nbytes)  # cudaMemcpyAsync, device to device
         return copy
 
+    def peak_bytes(self, fn):
+        """Most device memory ``fn()`` holds at once beyond what was allocated before it.
+
+        CuPy's default pool (:func:`pool_peak_bytes`) plus, when PyTorch is loaded, PyTorch's
+        caching allocator (:func:`torch_peak_bytes`): a sum of two peaks, but every contender
+        here allocates through one of the two only. Returns the cached blocks first.
+        """
+        self.release()
+        if self.torch is None:
+            return pool_peak_bytes(self.cp, fn)[1]
+        (_, torch_peak), cupy_peak = pool_peak_bytes(
+            self.cp, lambda: torch_peak_bytes(self.torch, fn))
+        return cupy_peak + torch_peak
+
 
 class CPU:
     """NumPy arrays, scipy.sparse, perf_counter timing: the dry run of the control flow."""
@@ -315,6 +332,61 @@ class CPU:
         def copy(_):
             np.copyto(b, a)
         return copy
+
+    def peak_bytes(self, fn):
+        """Most host memory ``fn()`` holds at once beyond what was allocated before it.
+
+        Measured with tracemalloc, to which NumPy reports its buffers (a CPU PyTorch's are not
+        seen): the dry run's stand-in for the GPU's counting allocator.
+        """
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            result = fn()
+            peak = tracemalloc.get_traced_memory()[1]
+            del result
+        finally:
+            if not tracing:
+                tracemalloc.stop()
+        return peak - before
+
+
+def pool_peak_bytes(cp, fn):
+    """``(fn(), peak)``: the most bytes of CuPy's default pool in use during ``fn()``, less
+    those in use before it.
+
+    For this one call, a thread-local allocator forwards every allocation to the pool and notes
+    the pool's bytes in use after it; the pool's use can only grow at an allocation, so the
+    largest note is the peak. The output counts (it is alive at the end), the input does not
+    (it was allocated before). Memory that bypasses CuPy's allocator is not seen.
+    """
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    before = peak = pool.used_bytes()
+
+    def malloc(size):
+        nonlocal peak
+        mem = pool.malloc(size)
+        peak = max(peak, pool.used_bytes())
+        return mem
+
+    with cp.cuda.using_allocator(malloc):
+        result = fn()
+        cp.cuda.get_current_stream().synchronize()
+    return result, peak - before
+
+
+def torch_peak_bytes(torch, fn):
+    """``(fn(), peak)`` for PyTorch's CUDA caching allocator, as :func:`pool_peak_bytes`."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, torch.cuda.max_memory_allocated() - before
 
 
 # -- array helpers (NumPy or CuPy) --------------------------------------------------
@@ -399,6 +471,10 @@ def to_torch(torch, x):
     if x.dtype == np.uint32:
         return torch.from_dlpack(x.view(np.int32)).view(torch.uint32)
     return torch.from_dlpack(x)
+
+
+def torch_nbytes(*tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def from_torch(cp, torch, t, dtype=np.float32):
@@ -593,6 +669,8 @@ class Bench:
                     row["frac_copy"] = row["GBps"] / self.ceilings["copy_GBps"]
             if row.get("flops"):
                 row["TFLOPs"] = row["flops"] / ms / 1e9
+            if op in PEAK_OPS:
+                self._peak(case, row, fn)
         except Exception as exc:  # noqa: BLE001 - one contender must not stop the suite
             row.update(status="failed", error=_short_error(exc),
                        traceback=traceback.format_exc(limit=6)[-2000:])
@@ -604,6 +682,26 @@ class Bench:
                                   f"{row['error']}; the remaining measurements were skipped")
         self.rows.append(row)
         return (row, first) if keep else row
+
+    def _peak(self, case, row, fn):
+        """One more, untimed call of a conversion on input set 0: ``peak_bytes`` and
+        ``peak_over_io`` (peak / (input + output bytes), the row's ``bytes``).
+
+        A failure here (out of memory, say) is recorded as ``peak_error`` and keeps the timing.
+        """
+        try:
+            peak = int(self.dev.peak_bytes(lambda: fn(0)))
+        except Exception as exc:  # noqa: BLE001 - the timing is already measured
+            row["peak_error"] = _short_error(exc)
+            self.dev.release()
+            if not self.dev.healthy():
+                self.broken = True
+                self.notes.append(f"CUDA context broken after {case.id} {row['op']} "
+                                  f"{row['contender']} (peak memory): {row['peak_error']}")
+            return
+        row["peak_bytes"] = peak
+        if row.get("bytes"):
+            row["peak_over_io"] = peak / row["bytes"]
 
     def guarded(self, case, op, block, param=""):
         """Run one operation's block; a set-up failure becomes a failed row, not a lost case."""
@@ -836,7 +934,19 @@ def _family_cell(group, family):
 TABLE_COLUMNS = (("op", 12, "<"), ("wl", 5, "<"), ("dt", 4, "<"), ("case", 13, "<"),
                  ("variant", 19, "<"), ("twell", 8, ">"), ("dense", 8, ">"), ("cupyx", 8, ">"),
                  ("torch", 8, ">"), ("ref", 8, ">"), ("xdense", 6, ">"), ("xcupyx", 6, ">"),
-                 ("xtorch", 6, ">"), ("xref", 6, ">"), ("GB/s", 6, ">"), ("%copy", 5, ">"))
+                 ("xtorch", 6, ">"), ("xref", 6, ">"), ("GB/s", 6, ">"), ("%copy", 5, ">"),
+                 ("peak", 6, ">"), ("pk/io", 5, ">"))
+
+
+def _fmt_bytes(n):
+    """``1.5G``, ``320M``, ``12K``: decimal units, two or three significant digits."""
+    if n is None:
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return f"{n}B"
 
 
 def table_lines(rows, cases):
@@ -870,11 +980,14 @@ def table_lines(rows, cases):
                     ratios.append(_fmt_ratio(b["ms"] / tw["ms"]) if ok else "-")
                 gbps = tw.get("GBps") if tw else None
                 frac = tw.get("frac_copy") if tw else None
+                peak = tw.get("peak_bytes") if tw else None
+                pk_io = tw.get("peak_over_io") if tw else None
                 out.append(line([
                     op, group[0]["workload"], group[0]["dtype"], label,
                     (tw["variant"] if tw else "(no twell row)"), _fmt_ms(tw),
                     *map(_fmt_ms, base), *ratios, f"{gbps:.0f}" if gbps else "-",
-                    f"{frac:.0%}" if frac else "-"]))
+                    f"{frac:.0%}" if frac else "-", _fmt_bytes(peak),
+                    f"{pk_io:.2f}" if pk_io is not None else "-"]))
     return out[1:]
 
 
@@ -1189,7 +1302,9 @@ def run_activation_case(bench, case, inp32, dtype, with_gemm, sweep=False):
                           nbytes=case.info["bytes_csr"] + dense_bytes)
         if tcsr is not None:
             bench.measure(case, "twell->dense", "torch csr.to_dense",
-                          lambda i: tcsr[i].to_dense(), family="torch", nbuf=nb, check=eq)
+                          lambda i: tcsr[i].to_dense(), family="torch", nbuf=nb, check=eq,
+                          nbytes=lambda d: torch_nbytes(d, tcsr[0].crow_indices(),
+                                                        tcsr[0].col_indices(), tcsr[0].values()))
         if a_auto is None:
             twell_skip("twell->dense")
             return
@@ -1240,9 +1355,8 @@ def _pack_ops(bench, case, z, tz, csr, eq, dense_bytes, v_auto, s_max):
     if tz is not None:
         bench.measure(case, "pack", "torch to_sparse_csr", lambda i: tz[i].to_sparse_csr(),
                       family="torch", nbuf=nb, check=eq,
-                      nbytes=lambda t: dense_bytes + sum(
-                          x.numel() * x.element_size()
-                          for x in (t.crow_indices(), t.col_indices(), t.values())))
+                      nbytes=lambda t: dense_bytes + torch_nbytes(
+                          t.crow_indices(), t.col_indices(), t.values()))
     bench.measure(case, "pack", "twell", lambda i: twell.TwELLMatrix(z[i]), family="twell",
                   variant=v_auto, nbuf=nb, check=eq, nbytes=lambda a: dense_bytes + a.nbytes)
     bench.measure(case, "pack", "twell", lambda i: twell.TwELLMatrix(z[i], slots=s_max),
@@ -2019,7 +2133,8 @@ def _header_lines(bench):
             "copy_GBps", "bf16_gemm_TFLOPs", "fp32_gemm_TFLOPs", "fp64_gemm_TFLOPs"))),
         f"timing: {meta['timing']} of up to {bench.args.reps} runs; x<col> = contender ms / "
         "twell ms (> 1: twell faster); ! wrong result, ~ modelled, FAIL/skip see JSON; "
-        "GB/s and %copy: twell's compulsory bytes / time",
+        "GB/s and %copy: twell's compulsory bytes / time; conversions: peak = twell's peak "
+        "memory beyond its input, pk/io = peak / (input + output bytes)",
     ]
 
 
