@@ -92,6 +92,16 @@ for s in [float(v) for v in args.sparsities.split(",")]:
             return y
         check(f"mma{shape}", mma())
         out[f"mma{shape}_ms"] = timed(mma)
+    # Gather kernel (at most 32 slots: repack with 32 when "auto" chose more).
+    ag = a if a.slots <= gb._GATHER_MAX_SLOTS else twell.TwELLMatrix(z, slots=32)
+    out["gather_slots"], out["gather_overflow"] = ag.slots, ag.overflow_nnz
+
+    def gather():
+        y = cupy.empty((args.m, args.n), dtype=bf16)
+        gb._spmm_gather(ag._parts, ag.shape, 256, down, y)
+        return y
+    check("gather", gather())
+    out["gather_ms"] = timed(gather)
     recs = lambda: gb._block_records(p_, a.shape, 256, 32)  # noqa: E731
     out["records_ms"] = timed(recs)
     check("api", a @ down)
@@ -101,12 +111,13 @@ for s in [float(v) for v in args.sparsities.split(",")]:
     rows.append({**info, **out})
     print(json.dumps(rows[-1]), flush=True)
 
-print(f"\n{'sparsity':>8} {'slots':>5} {'dense':>7} {'rows':>7} "
+print(f"\n{'sparsity':>8} {'slots':>5} {'dense':>7} {'rows':>7} {'gather':>7} "
       + " ".join(f"{str(sh):>9}" for sh in _kernels.MMA_SHAPES)
       + f" {'api':>7} {'x dense':>7} {'pack':>6}")
 for r in rows:
     best = r["api_ms"]
     print(f"{r['sparsity']:>8} {r['slots']:>5} {r['dense_ms']:7.3f} {r['rows_ms']:7.3f} "
+          f"{r['gather_ms']:7.3f} "
           + " ".join(f"{r[f'mma{sh}_ms']:9.3f}" for sh in _kernels.MMA_SHAPES)
           + f" {best:7.3f} {r['dense_ms'] / best:7.2f} {r['pack_ms']:6.3f}")
 if os.environ.get("OUT"):

@@ -281,6 +281,7 @@ template <> struct Mma<__nv_bfloat16> {
   __device__ static float2 unpack2(unsigned w) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
   }
+  __device__ static __nv_bfloat16 half_from_bits(unsigned short u) { return __ushort_as_bfloat16(u); }
 };
 
 template <> struct Mma<__half> {
@@ -298,6 +299,7 @@ template <> struct Mma<__half> {
   __device__ static float2 unpack2(unsigned w) {
     return __half22float2(*reinterpret_cast<const __half2*>(&w));
   }
+  __device__ static __half half_from_bits(unsigned short u) { return __ushort_as_half(u); }
 };
 
 // This lane's two 16-bit entries of A_k in row `row`, from the records of columns lo, hi.
@@ -472,5 +474,192 @@ twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ rec
         }
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gather SpMM on CUDA cores for float16, bfloat16 and float32 with at most 32 slots: the
+// default for those (see the launcher). Each block owns kGatherWarps * kGatherRows consecutive
+// rows and kGatherCols output columns; lane l of every warp owns columns n0 + 2l, n0 + 2l + 1
+// of the warp's kGatherRows rows, accumulated in registers (fp32).
+// Per tile the block copies B[tile rows, n0 : n0 + 64] into shared memory with cp.async
+// (double-buffered: the copy of tile t + 1 runs under the work of tile t; zero-filled past K
+// and N), so every B row a non-zero names is read from shared memory, once per non-zero and
+// warp, and from L2 once per block. Warps read their rows' slots straight from global memory,
+// lane j holding slot j, one group of rows ahead of the group being multiplied; each entry
+// reaches the lanes with one shuffle (16-bit values: value bits << 16 | column in one word).
+// The rows of a group advance together, slot by slot, so that their FMA chains overlap.
+// The order of accumulation is twell_spmm_rows': tiles, slots, then overflow entries (added
+// in the epilogue from global B), so both kernels give the same bits.
+// Preconditions (launcher): slots <= 32, N % (16 / sizeof(T)) == 0, B and the output 16-byte
+// aligned, 2 * tile_width * 64 * sizeof(T) bytes of shared memory.
+// Grid: (ceil(N / 64), ceil(M / (kGatherWarps * kGatherRows))), grid y <= 65535.
+// ---------------------------------------------------------------------------------------------
+constexpr int kGatherWarps = 16, kGatherRows = 32, kGatherCols = 64;
+
+// One slot as it travels between lanes.
+template <typename T> struct GatherSlot {  // 16-bit values: one word
+  unsigned w;
+  __device__ void load(const T* __restrict__ data, const unsigned short* __restrict__ indices,
+                       long long at) {
+    w = static_cast<unsigned>(reinterpret_cast<const unsigned short*>(data)[at]) << 16 |
+        indices[at];
+  }
+  __device__ void clear() { w = 0; }
+  __device__ void fetch(int from, float& v, int& k) const {
+    const unsigned x = __shfl_sync(kFullMask, w, from);
+    k = static_cast<int>(x & 0xffffu);
+    v = Value<T>::to_acc(Mma<T>::half_from_bits(static_cast<unsigned short>(x >> 16)));
+  }
+};
+
+template <> struct GatherSlot<float> {
+  float v;
+  int k;
+  __device__ void load(const float* __restrict__ data, const unsigned short* __restrict__ indices,
+                       long long at) {
+    v = data[at];
+    k = indices[at];
+  }
+  __device__ void clear() { v = 0.0f, k = 0; }
+  __device__ void fetch(int from, float& value, int& column) const {
+    value = __shfl_sync(kFullMask, v, from);
+    column = __shfl_sync(kFullMask, k, from);
+  }
+};
+
+// This lane's two values of B row k of a staged tile (64 columns, row-major).
+template <typename T> __device__ inline float2 gather_pair(const uint4* stage, int k, int lane) {
+  if constexpr (sizeof(T) == 2) {
+    return Mma<T>::unpack2(reinterpret_cast<const unsigned*>(stage)[k * kWarp + lane]);
+  } else {
+    return reinterpret_cast<const float2*>(stage)[k * kWarp + lane];
+  }
+}
+
+template <typename T> __device__ inline float2 load_pair(const T* __restrict__ p) {
+  if constexpr (sizeof(T) == 2) {
+    return Mma<T>::unpack2(*reinterpret_cast<const unsigned*>(p));
+  } else {
+    return *reinterpret_cast<const float2*>(p);
+  }
+}
+
+template <typename T> __device__ inline void store_pair(T* __restrict__ p, float lo, float hi) {
+  if constexpr (sizeof(T) == 2) {
+    *reinterpret_cast<unsigned*>(p) = Mma<T>::pack2(lo, hi);
+  } else {
+    *reinterpret_cast<float2*>(p) = make_float2(lo, hi);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGatherWarps * kWarp, 1)
+twell_spmm_gather(const int* __restrict__ counts, const T* __restrict__ data,
+                  const unsigned short* __restrict__ indices,
+                  const long long* __restrict__ overflow_indptr,
+                  const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
+                  long long n_rows, long long n_cols, int tile_width, int slots,
+                  const T* __restrict__ b, long long n, T* __restrict__ out) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16-bit values or float32");
+  constexpr int G = sizeof(T) == 2 ? 8 : 4;  // rows per group (registers: 2 x G slots)
+  constexpr int kGroups = kGatherRows / G;
+  constexpr int kRowChunks = kGatherCols * static_cast<int>(sizeof(T)) / 16;
+  extern __shared__ uint4 smem[];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n0 = static_cast<long long>(blockIdx.x) * kGatherCols;
+  const long long row0 =
+      (static_cast<long long>(blockIdx.y) * kGatherWarps + warp) * kGatherRows;
+  const long long my_row = row0 + lane;  // the row whose count this lane holds
+  const int stage_chunks = tile_width * kRowChunks;
+
+  auto load_tile = [&](long long tile) {
+    uint4* stage = smem + (tile & 1) * stage_chunks;
+    for (int i = threadIdx.x; i < stage_chunks; i += kGatherWarps * kWarp) {
+      const long long k = tile * tile_width + i / kRowChunks;
+      const long long col = n0 + (i % kRowChunks) * (16 / static_cast<int>(sizeof(T)));
+      const bool inside = k < n_cols && col < n;
+      cp_async16(stage + i, inside ? b + k * n + col : b, inside);
+    }
+  };
+  auto load_group = [&](long long tile, int g, GatherSlot<T> (&slot)[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const long long row = row0 + g * G + i;
+      if (tile < tiles && row < n_rows && lane < slots) {
+        slot[i].load(data, indices, (row * tiles + tile) * slots + lane);
+      } else {
+        slot[i].clear();
+      }
+    }
+  };
+  auto count_of = [&](long long tile) {
+    return tile < tiles && my_row < n_rows ? counts[my_row * tiles + tile] : 0;
+  };
+
+  float acc[kGatherRows][2];
+#pragma unroll
+  for (int r = 0; r < kGatherRows; ++r) acc[r][0] = acc[r][1] = 0.0f;
+
+  if (tiles > 0) load_tile(0);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  GatherSlot<T> cur[G], next[G];
+  load_group(0, 0, next);
+  int count = count_of(0);
+  for (long long tile = 0; tile < tiles; ++tile) {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();  // tile's buffer complete; every warp is done with the other buffer
+    if (tile + 1 < tiles) load_tile(tile + 1);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    const int count_next = count_of(tile + 1);
+    const uint4* stage = smem + (tile & 1) * stage_chunks;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+      for (int i = 0; i < G; ++i) cur[i] = next[i];
+      if (g + 1 < kGroups) {
+        load_group(tile, g + 1, next);
+      } else {
+        load_group(tile + 1, 0, next);
+      }
+      int c[G], longest = 0;
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        c[i] = __shfl_sync(kFullMask, count, g * G + i);
+        longest = max(longest, c[i]);
+      }
+      for (int j = 0; j < longest; ++j) {
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+          if (j < c[i]) {  // warp-uniform
+            float v;
+            int k;
+            cur[i].fetch(j, v, k);
+            const float2 w = gather_pair<T>(stage, k, lane);
+            acc[g * G + i][0] += v * w.x;
+            acc[g * G + i][1] += v * w.y;
+          }
+        }
+      }
+    }
+    count = count_next;
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+
+  const long long col = n0 + 2 * lane;
+#pragma unroll
+  for (int r = 0; r < kGatherRows; ++r) {
+    const long long row = row0 + r;
+    if (row >= n_rows) break;  // warp-uniform
+    for (long long e = overflow_indptr[row]; e < overflow_indptr[row + 1]; ++e) {
+      const float v = Value<T>::to_acc(overflow_data[e]);
+      if (col < n) {
+        const float2 w = load_pair<T>(b + static_cast<long long>(overflow_indices[e]) * n + col);
+        acc[r][0] += v * w.x;
+        acc[r][1] += v * w.y;
+      }
+    }
+    if (col < n) store_pair<T>(out + row * n + col, acc[r][0], acc[r][1]);
   }
 }

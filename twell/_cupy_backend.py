@@ -62,10 +62,19 @@ def _empty_parts(m, nt, slots, dtype, slot_fill=cupy.zeros):
     )
 
 
+def _overflow_counter():
+    """The pack kernels' device counter of entries past the slots (one uint64, zeroed)."""
+    return cupy.zeros(1, dtype=np.uint64)
+
+
+def _overflow_size(counter):
+    """Value of an overflow counter filled by a kModeSlots pack launch (one host sync)."""
+    return int(counter.get()[0])  # device-to-host sync: the overflow size
+
+
 def _overflow_offsets(totals, slots):
-    """Exclusive prefix sum of per-pair overflow and its total (one host sync)."""
-    offset = exclusive_cumsum(cupy.maximum(totals.reshape(-1) - slots, 0))
-    return offset, int(offset[-1])  # device-to-host sync: the overflow size
+    """Exclusive prefix sum of the per-pair overflow ``max(total - slots, 0)`` (int64)."""
+    return exclusive_cumsum(cupy.maximum(totals.reshape(-1) - slots, 0))
 
 
 def _row_starts(tile_offset, m, nt):
@@ -107,18 +116,22 @@ def cast(values, dtype):
 
 # -- dense -> TwELL ---------------------------------------------------------
 
-def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset):
+def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset, counter):
     m, k = dense.shape
     pairs = m * _layout.n_tiles(k, tile_width)
     if pairs == 0:
         return
     vec = _dense_vec(dense, tile_width)
-    kernel = _kernels.function("pack.cu", _expr("twell_pack_dense", dense.dtype, vec))
-    # One warp per (row, tile).
-    kernel(_blocks(pairs, _WARPS), (_BLOCK,), (
+    # PACK_PAIRS (row, tile) pairs per warp when a tile fits in one warp-wide vector load
+    # (their loads are all in flight at once), else one pair per warp looping over the tile.
+    per_warp = _kernels.PACK_PAIRS if tile_width <= 32 * vec else 1
+    ctype = _kernels.CTYPES[dense.dtype]
+    kernel = _kernels.function("pack.cu", f"twell_pack_dense<{ctype}, {vec}, {per_warp}>")
+    # One warp per per_warp consecutive (row, tile) pairs.
+    kernel(_blocks(-(-pairs // per_warp), _WARPS), (_BLOCK,), (
         dense, _i64(m), _i64(k), _i32(tile_width), _i32(slots), _i32(mode), totals,
         parts.counts, parts.data, parts.indices, offset, parts.overflow_indices,
-        parts.overflow_data))
+        parts.overflow_data, counter))
 
 
 def tile_counts_dense(dense, tile_width):
@@ -127,35 +140,39 @@ def tile_counts_dense(dense, tile_width):
     nt = _layout.n_tiles(k, tile_width)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
     parts = _empty_parts(0, 0, 1, dense.dtype)
-    _launch_pack_dense(dense, tile_width, 1, _MODE_COUNT, totals, parts, parts.overflow_indptr)
+    _launch_pack_dense(dense, tile_width, 1, _MODE_COUNT, totals, parts, parts.overflow_indptr,
+                       _overflow_counter())  # kModeCount does not touch the counter
     return totals
 
 
 def pack_dense(dense, tile_width, slots):
     """Dense matrix -> TwELL parts (NaN and Inf count as non-zeros).
 
-    One pass over the dense matrix writes the slots; a second pass, over the
-    overflowing tiles only, writes the overflow. Synchronises once with the
-    host to size the overflow.
+    One pass over the dense matrix writes the slots and counts the entries
+    past them; only when there are some, a prefix sum sizes the overflow and a
+    second pass, over the overflowing tiles only, writes it. Synchronises once
+    with the host (reading that count) to size the overflow.
     """
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
     parts = _empty_parts(m, nt, slots, dense.dtype, slot_fill=cupy.empty)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
+    counter = _overflow_counter()
     _launch_pack_dense(dense, tile_width, slots, _MODE_SLOTS, totals, parts,
-                       parts.overflow_indptr)
-    offset, n_over = _overflow_offsets(totals, slots)
+                       parts.overflow_indptr, counter)
+    n_over = _overflow_size(counter)
     if n_over == 0:
         return parts
+    offset = _overflow_offsets(totals, slots)
     parts = _with_overflow(parts, offset, n_over, nt)
-    _launch_pack_dense(dense, tile_width, slots, _MODE_OVERFLOW, totals, parts, offset)
+    _launch_pack_dense(dense, tile_width, slots, _MODE_OVERFLOW, totals, parts, offset, counter)
     return parts
 
 
 # -- CSR -> TwELL -----------------------------------------------------------
 
 def _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, mode, totals, parts,
-                     offset):
+                     offset, counter):
     m, k = shape
     if m == 0 or indices.size == 0:
         return
@@ -164,7 +181,7 @@ def _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, mode, tota
     kernel(_blocks(m, _WARPS), (_BLOCK,), (
         indptr, indices, data, _i64(m), _i64(k), _i32(tile_width), _i32(slots), _i32(mode),
         totals, parts.counts, parts.data, parts.indices, offset, parts.overflow_indices,
-        parts.overflow_data))
+        parts.overflow_data, counter))
 
 
 def pack_csr(indptr, indices, data, shape, tile_width, slots):
@@ -176,14 +193,16 @@ def pack_csr(indptr, indices, data, shape, tile_width, slots):
     data = cupy.ascontiguousarray(data)
     parts = _empty_parts(m, nt, slots, data.dtype)  # the kernel writes only used slots
     totals = cupy.zeros((m, nt), dtype=_layout.COUNT_DTYPE)
+    counter = _overflow_counter()
     _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, _MODE_SLOTS, totals,
-                     parts, parts.overflow_indptr)
-    offset, n_over = _overflow_offsets(totals, slots)
+                     parts, parts.overflow_indptr, counter)
+    n_over = _overflow_size(counter)
     if n_over == 0:
         return parts
+    offset = _overflow_offsets(totals, slots)
     parts = _with_overflow(parts, offset, n_over, nt)
     _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, _MODE_OVERFLOW, totals,
-                     parts, offset)
+                     parts, offset, counter)
     return parts
 
 
@@ -306,13 +325,18 @@ def _mma_shape(dtype, tile_width, slots, b, requested=None):
     return None
 
 
-def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
+def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, kernel=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
-    16-bit values with ``tile_width <= 256`` and ``N % 8 == 0`` run on tensor cores
-    (``twell_spmm_mma``), unless ``b`` holds Inf or NaN: then, and for every other case,
-    ``twell_spmm_rows`` runs. The choice between the two is made on the device (both kernels
-    are launched, one of them returns at once), so there is no host synchronisation.
+    ``kernel`` (private: tests and benchmarks) forces one of ``"gather"``, ``"mma"``,
+    ``"rows"``; by default float16, bfloat16 and float32 with at most 32 slots, ``N`` a
+    multiple of 16 bytes and aligned arrays run ``twell_spmm_gather`` (CUDA cores, B tiles
+    in shared memory). Otherwise 16-bit values with ``tile_width <= 256`` and ``N % 8 == 0``
+    run on tensor cores (``twell_spmm_mma``, also chosen by ``mma_shape``), unless ``b``
+    holds Inf or NaN: then, and for every other case, ``twell_spmm_rows`` runs. The choice
+    between those two is made on the device (both kernels are launched, one of them returns
+    at once), so there is no host synchronisation. The gather and rows kernels accumulate
+    in the same order and give the same bits.
     """
     m, k = shape
     n = b.shape[1]
@@ -325,7 +349,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
         out = cupy.empty((m, n), dtype=out_dtype)
         for c0 in range(0, n, chunk):
             part = cupy.ascontiguousarray(b[:, c0:c0 + chunk])
-            out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype, mma_shape)
+            out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype, mma_shape,
+                                         kernel)
         return out
     out = cupy.empty((m, n), dtype=out_dtype)
     common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
@@ -336,8 +361,19 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
         # One warp per row.
         kernel(_blocks(m, _WARPS), (_BLOCK,), (*common, b, out))
         return out
+    if kernel is None:
+        gather = mma_shape is None and _gather_ok(parts, shape, tile_width, b, out)
+        kernel = "gather" if gather else "mma"
+    if kernel == "gather":
+        if not _gather_ok(parts, shape, tile_width, b, out):
+            raise ValueError("twell_spmm_gather does not take this product")
+        _spmm_gather(parts, shape, tile_width, b, out)
+        return out
     run_rows = cupy.ones((), dtype=bool)
-    mma_shape = _mma_shape(out_dtype, tile_width, parts.data.shape[2], b, mma_shape)
+    if kernel == "rows":
+        mma_shape = None
+    else:
+        mma_shape = _mma_shape(out_dtype, tile_width, parts.data.shape[2], b, mma_shape)
     if mma_shape is not None and -(-m // (_GROUP_ROWS * mma_shape[0] * mma_shape[1])) > _MAX_GRID_Y:
         mma_shape = None  # its row blocks are grid y: too many rows for the tensor-core kernel
     if mma_shape is not None:
@@ -350,6 +386,40 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None):
     grid = (_blocks(m, _WARPS)[0], int(-(-n // (32 * vec))))
     kernel(grid, (_BLOCK,), (*common, b, _i64(n), run_rows, out))
     return out
+
+
+#: Rows and output columns of one twell_spmm_gather block; its largest slot count.
+_GATHER_WARPS, _GATHER_COLS, _GATHER_MAX_SLOTS = 16, 64, 32
+_GATHER_ROWS = _GATHER_WARPS * 32
+
+
+def _gather_smem(tile_width, dtype):
+    """Dynamic shared memory of twell_spmm_gather: two B tiles of 64 columns."""
+    return 2 * tile_width * _GATHER_COLS * np.dtype(dtype).itemsize
+
+
+def _gather_ok(parts, shape, tile_width, b, out):
+    dtype = out.dtype
+    return (dtype in _kernels.GATHER_DTYPES and b.dtype == dtype
+            and parts.data.shape[2] <= _GATHER_MAX_SLOTS
+            and b.shape[1] % (16 // dtype.itemsize) == 0 and _aligned(b, out)
+            and _gather_smem(tile_width, dtype) <= _MMA_SMEM_LIMIT
+            and -(-shape[0] // _GATHER_ROWS) <= _MAX_GRID_Y)
+
+
+def _spmm_gather(parts, shape, tile_width, b, out):
+    m, k = shape
+    n = b.shape[1]
+    kernel = _kernels.function("spmm.cu", _expr("twell_spmm_gather", out.dtype))
+    smem = _gather_smem(tile_width, out.dtype)
+    kernel.max_dynamic_shared_size_bytes = smem
+    # Blocks: 64 output columns x 512 rows; column blocks vary fastest so that the blocks
+    # sharing rows run together and read their slots from L2.
+    grid = (int(-(-n // _GATHER_COLS)), int(-(-m // _GATHER_ROWS)))
+    kernel(grid, (_GATHER_WARPS * 32,), (
+        parts.counts, parts.data, parts.indices, parts.overflow_indptr, parts.overflow_indices,
+        parts.overflow_data, _i64(m), _i64(k), _i32(tile_width), _i32(parts.data.shape[2]),
+        b, _i64(n), out), shared_mem=smem)
 
 
 def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):

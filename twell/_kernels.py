@@ -40,8 +40,22 @@ def _typed(kernel):
     return [f"{kernel}<{CTYPES[d]}>" for d in SUPPORTED_DTYPES]
 
 
+#: (row, tile) pairs per warp of the dense pack kernel when a tile fits in one warp-wide
+#: vector load (tile_width <= 32 * VEC); wider tiles take one pair per warp.
+PACK_PAIRS = 4
+
+
+def _pack_dense():
+    """``twell_pack_dense<T, VEC, PAIRS>``: every vector width, one pair or PACK_PAIRS."""
+    return [f"twell_pack_dense<{CTYPES[d]}, {v}, {p}>" for d in SUPPORTED_DTYPES
+            for v in (1, vector_width(d)) for p in (1, PACK_PAIRS)]
+
+
 #: 16-bit dtypes with a tensor-core SpMM.
 HALF_DTYPES = (np.dtype(np.float16), bfloat16)
+
+#: dtypes of the CUDA-core gather SpMM (16-bit values and float32).
+GATHER_DTYPES = HALF_DTYPES + (np.dtype(np.float32),)
 
 #: (warps per block, 16-row groups per warp, pipeline stages) of the tensor-core SpMM
 #: instances, in order of preference (the launcher takes the first whose shared memory fits).
@@ -49,7 +63,7 @@ MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 
 #: Every kernel instantiation, by source file.
 INSTANCES = {
-    "pack.cu": _vectored("twell_pack_dense") + _typed("twell_pack_csr"),
+    "pack.cu": _pack_dense() + _typed("twell_pack_csr"),
     "unpack.cu": (_vectored("twell_unpack_dense") + _typed("twell_scatter_csr")
                   + _typed("twell_slots_to_csr") + ["twell_layout_probe"]),
     "cast.cu": [f"twell_cast<{CTYPES[a]}, {CTYPES[b]}>" for a in SUPPORTED_DTYPES
@@ -58,7 +72,8 @@ INSTANCES = {
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
-                   for w, g, st in MMA_SHAPES]),
+                   for w, g, st in MMA_SHAPES]
+                + [f"twell_spmm_gather<{CTYPES[d]}>" for d in GATHER_DTYPES]),
 }
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
