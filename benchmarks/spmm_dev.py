@@ -101,6 +101,9 @@ for s in [float(v) for v in args.sparsities.split(",")]:
         gb._spmm_gather(ag._parts, ag.shape, 256, down, y)
         return y
     check("gather", gather())
+    kern = _kernels.function("spmm.cu", "twell_spmm_gather<__nv_bfloat16>")
+    out["gather_regs"] = getattr(kern, "num_regs", None)
+    out["gather_local_bytes"] = getattr(kern, "local_size_bytes", None)
     out["gather_ms"] = timed(gather)
     recs = lambda: gb._block_records(p_, a.shape, 256, 32)  # noqa: E731
     out["records_ms"] = timed(recs)

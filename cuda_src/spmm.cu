@@ -479,57 +479,65 @@ twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ rec
 
 // ---------------------------------------------------------------------------------------------
 // Gather SpMM on CUDA cores for float16, bfloat16 and float32 with at most 32 slots: the
-// default for those (see the launcher). Each block owns kGatherWarps * kGatherRows consecutive
-// rows and kGatherCols output columns; lane l of every warp owns columns n0 + 2l, n0 + 2l + 1
-// of the warp's kGatherRows rows, accumulated in registers (fp32).
-// Per tile the block copies B[tile rows, n0 : n0 + 64] into shared memory with cp.async
-// (double-buffered: the copy of tile t + 1 runs under the work of tile t; zero-filled past K
-// and N), so every B row a non-zero names is read from shared memory, once per non-zero and
-// warp, and from L2 once per block. Warps read their rows' slots straight from global memory,
-// lane j holding slot j, one group of rows ahead of the group being multiplied; each entry
-// reaches the lanes with one shuffle (16-bit values: value bits << 16 | column in one word).
-// The rows of a group advance together, slot by slot, so that their FMA chains overlap.
+// default for those (see the launcher). Each block owns kGatherWarps * kGatherRows = 512
+// consecutive rows and kGatherCols = 64 output columns; lane l of every warp owns columns
+// n0 + 2l, n0 + 2l + 1 of the warp's 32 rows, accumulated in registers (fp32).
+// Per tile, one stage of shared memory receives with cp.async, while the previous tile is
+// multiplied (double buffer):
+//   B[tile rows, n0 : n0 + 64]   (zero-filled past K and N),
+//   the 512 rows' counts         (one int per row),
+//   the 512 rows' slots          (values and columns; 16-bit arrays are copied in aligned
+//                                 words, so a row's slots start at half-word (first & 1)).
+// A warp then takes its rows 8 at a time: lane j reads slot j of each row, and each entry
+// reaches the lanes with one shuffle (16-bit: value bits << 16 | column in one word); the 8
+// rows advance together, slot by slot, so that their FMA chains overlap. Every B row an entry
+// names is read from shared memory, and each slot and B value from L2 once per block.
 // The order of accumulation is twell_spmm_rows': tiles, slots, then overflow entries (added
-// in the epilogue from global B), so both kernels give the same bits.
+// in the epilogue from global B), so both kernels give the same bits; no padding zero is ever
+// multiplied, so Inf and NaN in B need no special case.
 // Preconditions (launcher): slots <= 32, N % (16 / sizeof(T)) == 0, B and the output 16-byte
-// aligned, 2 * tile_width * 64 * sizeof(T) bytes of shared memory.
-// Grid: (ceil(N / 64), ceil(M / (kGatherWarps * kGatherRows))), grid y <= 65535.
+// aligned, 2 * gather_stage_bytes(...) of shared memory.
+// Grid: (ceil(N / 64), ceil(M / 512)), grid y <= 65535. Dynamic shared memory: two stages.
 // ---------------------------------------------------------------------------------------------
 constexpr int kGatherWarps = 16, kGatherRows = 32, kGatherCols = 64;
+constexpr int kGatherBlockRows = kGatherWarps * kGatherRows;
 
-// One slot as it travels between lanes.
-template <typename T> struct GatherSlot {  // 16-bit values: one word
-  unsigned w;
-  __device__ void load(const T* __restrict__ data, const unsigned short* __restrict__ indices,
-                       long long at) {
-    w = static_cast<unsigned>(reinterpret_cast<const unsigned short*>(data)[at]) << 16 |
-        indices[at];
-  }
-  __device__ void clear() { w = 0; }
-  __device__ void fetch(int from, float& v, int& k) const {
-    const unsigned x = __shfl_sync(kFullMask, w, from);
-    k = static_cast<int>(x & 0xffffu);
-    v = Value<T>::to_acc(Mma<T>::half_from_bits(static_cast<unsigned short>(x >> 16)));
-  }
-};
+// 32-bit words per row of the staged slot values / columns: 16-bit arrays need one word more
+// than S / 2 because a row's slots may start in the middle of a word.
+__host__ __device__ constexpr int gather_value_words(int slots, int value_size) {
+  return value_size == 2 ? slots / 2 + 1 : slots;
+}
 
-template <> struct GatherSlot<float> {
-  float v;
-  int k;
-  __device__ void load(const float* __restrict__ data, const unsigned short* __restrict__ indices,
-                       long long at) {
-    v = data[at];
-    k = indices[at];
+__host__ __device__ constexpr int gather_stage_bytes(int tile_width, int slots, int value_size) {
+  return tile_width * kGatherCols * value_size + kGatherBlockRows * 4 +
+         kGatherBlockRows * 4 * (gather_value_words(slots, value_size) + slots / 2 + 1);
+}
+
+__device__ inline void cp_async4(void* dst, const void* src, bool inside) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+               :: "r"(smem_address(dst)), "l"(src), "r"(inside ? 4 : 0) : "memory");
+}
+
+// Copy the slots [first, first + slots) of a 16-bit array (`total` elements) into `words`
+// 32-bit shared words starting at dst: aligned words by cp.async, a last half-word past the
+// array's end by a plain load.
+__device__ inline void stage_halves(unsigned* dst, const unsigned short* __restrict__ src,
+                                    long long first, int slots, int w, long long total) {
+  const long long word = first / 2 + w;
+  if (2 * word >= first + slots) return;  // past this row's slots: never read
+  if (2 * word + 1 < total) {
+    cp_async4(dst, src + 2 * word, true);
+  } else {
+    *dst = src[2 * word];  // the array ends inside this word
   }
-  __device__ void clear() { v = 0.0f, k = 0; }
-  __device__ void fetch(int from, float& value, int& column) const {
-    value = __shfl_sync(kFullMask, v, from);
-    column = __shfl_sync(kFullMask, k, from);
-  }
-};
+}
+
+template <typename T> __device__ inline float gather_value(unsigned short bits) {
+  return Value<T>::to_acc(Mma<T>::half_from_bits(bits));
+}
 
 // This lane's two values of B row k of a staged tile (64 columns, row-major).
-template <typename T> __device__ inline float2 gather_pair(const uint4* stage, int k, int lane) {
+template <typename T> __device__ inline float2 gather_pair(const unsigned char* stage, int k, int lane) {
   if constexpr (sizeof(T) == 2) {
     return Mma<T>::unpack2(reinterpret_cast<const unsigned*>(stage)[k * kWarp + lane]);
   } else {
@@ -562,92 +570,129 @@ twell_spmm_gather(const int* __restrict__ counts, const T* __restrict__ data,
                   long long n_rows, long long n_cols, int tile_width, int slots,
                   const T* __restrict__ b, long long n, T* __restrict__ out) {
   static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16-bit values or float32");
-  constexpr int G = sizeof(T) == 2 ? 8 : 4;  // rows per group (registers: 2 x G slots)
-  constexpr int kGroups = kGatherRows / G;
-  constexpr int kRowChunks = kGatherCols * static_cast<int>(sizeof(T)) / 16;
+  constexpr int G = sizeof(T) == 2 ? 8 : 4;  // rows multiplied together (registers)
+  constexpr int kSize = static_cast<int>(sizeof(T));
+  constexpr int kRowChunks = kGatherCols * kSize / 16;
   extern __shared__ uint4 smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const long long tiles = n_tiles(n_cols, tile_width);
+  const long long total = n_rows * tiles * slots;
   const long long n0 = static_cast<long long>(blockIdx.x) * kGatherCols;
-  const long long row0 =
-      (static_cast<long long>(blockIdx.y) * kGatherWarps + warp) * kGatherRows;
-  const long long my_row = row0 + lane;  // the row whose count this lane holds
-  const int stage_chunks = tile_width * kRowChunks;
-
-  auto load_tile = [&](long long tile) {
-    uint4* stage = smem + (tile & 1) * stage_chunks;
-    for (int i = threadIdx.x; i < stage_chunks; i += kGatherWarps * kWarp) {
-      const long long k = tile * tile_width + i / kRowChunks;
-      const long long col = n0 + (i % kRowChunks) * (16 / static_cast<int>(sizeof(T)));
-      const bool inside = k < n_cols && col < n;
-      cp_async16(stage + i, inside ? b + k * n + col : b, inside);
-    }
+  const long long block_row0 = static_cast<long long>(blockIdx.y) * kGatherBlockRows;
+  const int value_words = gather_value_words(slots, kSize), column_words = slots / 2 + 1;
+  const int stage_bytes = gather_stage_bytes(tile_width, slots, kSize);
+  const int b_bytes = tile_width * kGatherCols * kSize;
+  // Stage layout: B tile | counts | slot values | slot columns.
+  auto stage_of = [&](long long tile) {
+    return reinterpret_cast<unsigned char*>(smem) + (tile & 1) * stage_bytes;
   };
-  auto load_group = [&](long long tile, int g, GatherSlot<T> (&slot)[G]) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-      const long long row = row0 + g * G + i;
-      if (tile < tiles && row < n_rows && lane < slots) {
-        slot[i].load(data, indices, (row * tiles + tile) * slots + lane);
+  auto stage_counts = [&](unsigned char* st) { return reinterpret_cast<int*>(st + b_bytes); };
+  auto stage_values = [&](unsigned char* st) {
+    return reinterpret_cast<unsigned*>(st + b_bytes + kGatherBlockRows * 4);
+  };
+  auto stage_columns = [&](unsigned char* st) {
+    return stage_values(st) + kGatherBlockRows * value_words;
+  };
+
+  auto load_stage = [&](long long tile) {
+    unsigned char* st = stage_of(tile);
+    uint4* bt = reinterpret_cast<uint4*>(st);
+    for (int i = threadIdx.x; i < tile_width * kRowChunks; i += kGatherBlockRows) {
+      const long long k = tile * tile_width + i / kRowChunks;
+      const long long col = n0 + (i % kRowChunks) * (16 / kSize);
+      const bool inside = k < n_cols && col < n;
+      cp_async16(bt + i, inside ? b + k * n + col : b, inside);
+    }
+    {
+      const long long row = block_row0 + threadIdx.x;  // one row per thread
+      const bool inside = row < n_rows;
+      cp_async4(stage_counts(st) + threadIdx.x, inside ? counts + row * tiles + tile : counts,
+                inside);
+    }
+    unsigned* values = stage_values(st);
+    for (int i = threadIdx.x; i < kGatherBlockRows * value_words; i += kGatherBlockRows) {
+      const int r = i / value_words, w = i % value_words;
+      const long long row = block_row0 + r;
+      if (row >= n_rows) continue;
+      const long long first = (row * tiles + tile) * slots;
+      if constexpr (kSize == 2) {
+        stage_halves(values + i, reinterpret_cast<const unsigned short*>(data), first, slots, w,
+                     total);
       } else {
-        slot[i].clear();
+        cp_async4(values + i, data + first + w, true);
       }
     }
-  };
-  auto count_of = [&](long long tile) {
-    return tile < tiles && my_row < n_rows ? counts[my_row * tiles + tile] : 0;
+    unsigned* columns = stage_columns(st);
+    for (int i = threadIdx.x; i < kGatherBlockRows * column_words; i += kGatherBlockRows) {
+      const int r = i / column_words, w = i % column_words;
+      const long long row = block_row0 + r;
+      if (row >= n_rows) continue;
+      stage_halves(columns + i, indices, (row * tiles + tile) * slots, slots, w, total);
+    }
   };
 
   float acc[kGatherRows][2];
 #pragma unroll
   for (int r = 0; r < kGatherRows; ++r) acc[r][0] = acc[r][1] = 0.0f;
 
-  if (tiles > 0) load_tile(0);
+  if (tiles > 0) load_stage(0);
   asm volatile("cp.async.commit_group;\n" ::: "memory");
-  GatherSlot<T> cur[G], next[G];
-  load_group(0, 0, next);
-  int count = count_of(0);
   for (long long tile = 0; tile < tiles; ++tile) {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    __syncthreads();  // tile's buffer complete; every warp is done with the other buffer
-    if (tile + 1 < tiles) load_tile(tile + 1);
+    __syncthreads();  // this tile's stage is complete; every warp is done with the other one
+    if (tile + 1 < tiles) load_stage(tile + 1);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    const int count_next = count_of(tile + 1);
-    const uint4* stage = smem + (tile & 1) * stage_chunks;
+    unsigned char* st = stage_of(tile);
+    const int* cnt = stage_counts(st);
+    const unsigned short* values16 = reinterpret_cast<const unsigned short*>(stage_values(st));
+    const float* values32 = reinterpret_cast<const float*>(stage_values(st));
+    const unsigned short* columns16 =
+        reinterpret_cast<const unsigned short*>(stage_columns(st));
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-#pragma unroll
-      for (int i = 0; i < G; ++i) cur[i] = next[i];
-      if (g + 1 < kGroups) {
-        load_group(tile, g + 1, next);
-      } else {
-        load_group(tile + 1, 0, next);
-      }
+    for (int g = 0; g < kGatherRows / G; ++g) {
+      unsigned word[G];  // 16-bit: value bits << 16 | column; float32: the column
+      float value[G];    // float32 only
       int c[G], longest = 0;
 #pragma unroll
       for (int i = 0; i < G; ++i) {
-        c[i] = __shfl_sync(kFullMask, count, g * G + i);
+        const int r = warp * kGatherRows + g * G + i;  // row within the block
+        c[i] = cnt[r];  // 0 past the last row (zero-filled)
         longest = max(longest, c[i]);
+        const long long row = block_row0 + r;
+        const int shift = static_cast<int>(((row * tiles + tile) * slots) & 1);
+        const unsigned column = lane < c[i] ? columns16[2 * r * column_words + shift + lane] : 0u;
+        if constexpr (kSize == 2) {
+          const unsigned bits = lane < c[i] ? values16[2 * r * value_words + shift + lane] : 0u;
+          word[i] = bits << 16 | column;
+          value[i] = 0.0f;
+        } else {
+          word[i] = column;
+          value[i] = lane < c[i] ? values32[r * value_words + lane] : 0.0f;
+        }
       }
       for (int j = 0; j < longest; ++j) {
 #pragma unroll
         for (int i = 0; i < G; ++i) {
           if (j < c[i]) {  // warp-uniform
+            const unsigned x = __shfl_sync(kFullMask, word[i], j);
             float v;
-            int k;
-            cur[i].fetch(j, v, k);
-            const float2 w = gather_pair<T>(stage, k, lane);
+            if constexpr (kSize == 2) {
+              v = gather_value<T>(static_cast<unsigned short>(x >> 16));
+            } else {
+              v = __shfl_sync(kFullMask, value[i], j);
+            }
+            const float2 w = gather_pair<T>(st, static_cast<int>(x & 0xffffu), lane);
             acc[g * G + i][0] += v * w.x;
             acc[g * G + i][1] += v * w.y;
           }
         }
       }
     }
-    count = count_next;
   }
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
   const long long col = n0 + 2 * lane;
+  const long long row0 = block_row0 + warp * kGatherRows;
 #pragma unroll
   for (int r = 0; r < kGatherRows; ++r) {
     const long long row = row0 + r;

@@ -118,9 +118,21 @@ class Backend:
 
 
 def cast(x, dtype):
-    """``x.astype(dtype)`` without overflow warnings (overflow to Inf is the point)."""
+    """``x.astype(dtype)`` without overflow warnings (overflow to Inf is the point).
+
+    float64 -> bfloat16 is rounded once whatever the ml_dtypes release (some convert through
+    float32 and round twice): through float32 rounded to odd, which keeps the information
+    a single rounding to bfloat16's 8 bits needs (float32 has more than 8 + 1 bits).
+    """
+    x = np.asarray(x)
     with np.errstate(all="ignore"):
-        return np.asarray(x).astype(dtype)
+        if np.dtype(dtype) != BF16 or x.dtype != np.float64:
+            return x.astype(dtype)
+        t = x.astype(np.float32)
+        fix = (t.astype(np.float64) != x) & ((t.view(np.uint32) & 1) == 0) & ~np.isnan(x)
+        toward = np.where(x > t, np.inf, -np.inf).astype(np.float32)
+        t = np.where(fix, np.nextafter(t, toward), t)
+        return t.astype(dtype)
 
 
 def parts_of(a):

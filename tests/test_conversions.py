@@ -344,3 +344,15 @@ def test_duplicates_with_inf_on_the_gpu(gpu, fmt):
         (vals[[0, 2, 4, 1, 3]], cols, np.array([0, 3, 5])), shape=(2, 1)))
     a = twell.TwELLMatrix(x)
     assert_dense_equal(gpu.to_host(a.toarray()), [[np.inf], [-0.25]])
+
+
+def test_float64_to_bfloat16_rounds_once(backend):
+    """Regression: ml_dtypes releases that convert float64 through float32 round twice, so
+    1 + 2**-8 + 2**-30 became 1.0 (seen on the GPU machine's ml_dtypes); twell rounds once,
+    on both backends, whatever the release."""
+    x = np.array([[1 + 2**-8 + 2**-30, 1 + 2**-8, -(1 + 3 * 2**-8), 2.0**-134 + 2.0**-160]])
+    want = np.array([[1 + 2**-7, 1.0, -(1 + 2**-6), 2.0**-133]])
+    for a in (twell.TwELLMatrix(backend.asarray(x)).astype(BF16),
+              twell.TwELLMatrix(backend.asarray(x), dtype=BF16)):
+        got = backend.to_host(a.toarray()).astype(np.float64)
+        assert np.array_equal(got, want)

@@ -11,6 +11,8 @@ cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 if not twell.cuda_available():
     pytest.skip("CuPy with a CUDA GPU is not available", allow_module_level=True)
 
+from helpers import cast  # noqa: E402
+
 from twell import _cupy_backend  # noqa: E402
 
 
@@ -123,7 +125,7 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
     x = np.concatenate([special, rng.standard_normal(1000) * 10.0 ** rng.integers(-45, 39, 1000)])
     with np.errstate(all="ignore"):
         x = x.astype(src)
-        want = x.astype(dst)
+        want = cast(x, dst)
     got = _cupy_backend.cast(cupy.asarray(x), dst).get()
     assert got.dtype == dst
     assert np.array_equal(got.view(f"u{dst.itemsize}"), want.view(f"u{dst.itemsize}")) or (
@@ -137,8 +139,9 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
 @pytest.mark.parametrize(("m", "k", "n", "tile_width", "slots", "density"), [
     (1, 1, 8, 256, 1, 1.0),           # one row, one column
     (513, 700, 72, 256, 3, 0.02),     # a partial row block, last tile and column block
-    (1100, 600, 64, 100, 32, 0.3),    # every slot in use, odd tile width
-    (40, 2048, 136, 512, 5, 0.05),    # wide tiles; overflow in most tiles
+    (1100, 600, 64, 100, 20, 0.3),    # every slot in use, odd tile width
+    (700, 600, 16, 100, 32, 0.4),     # the most slots the kernel takes
+    (40, 2048, 136, 320, 5, 0.05),    # wide tiles; overflow in most tiles
     (600, 300, 8, 16, 2, 0.5),        # narrow tiles, one column pair per lane in use
 ])
 def test_gather_spmm_matches_the_rows_kernel_bit_for_bit(rng, dtype, m, k, n, tile_width,
@@ -150,7 +153,10 @@ def test_gather_spmm_matches_the_rows_kernel_bit_for_bit(rng, dtype, m, k, n, ti
     assert a.slots == slots
     rhs = _activations(rng, k, n, 1.0, dtype)
     args = (a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype))
-    assert _cupy_backend._gather_ok(a._parts, a.shape, a.tile_width, rhs, rhs[:1])
+    if not _cupy_backend._gather_ok(a._parts, a.shape, a.tile_width, rhs, rhs[:1]):
+        assert np.dtype(dtype) == np.float32 and slots == 32
+        pytest.skip("float32 with 32 slots needs more shared memory than a block has "
+                    "(twell_spmm_rows takes it)")
     gather = _cupy_backend.spmm(*args, kernel="gather")
     rows = _cupy_backend.spmm(*args, kernel="rows")
     assert cupy.array_equal(gather.view(f"u{gather.itemsize}"), rows.view(f"u{rows.itemsize}"))

@@ -6,6 +6,8 @@ the outputs and compute the grid next to the launch. Everything runs on
 CuPy's current stream; the device-to-host synchronisations are marked.
 """
 
+import functools
+
 import cupy
 import numpy as np
 
@@ -393,17 +395,27 @@ _GATHER_WARPS, _GATHER_COLS, _GATHER_MAX_SLOTS = 16, 64, 32
 _GATHER_ROWS = _GATHER_WARPS * 32
 
 
-def _gather_smem(tile_width, dtype):
-    """Dynamic shared memory of twell_spmm_gather: two B tiles of 64 columns."""
-    return 2 * tile_width * _GATHER_COLS * np.dtype(dtype).itemsize
+def _gather_smem(tile_width, slots, dtype):
+    """Dynamic shared memory of twell_spmm_gather (gather_stage_bytes in spmm.cu, twice)."""
+    size = np.dtype(dtype).itemsize
+    value_words = slots // 2 + 1 if size == 2 else slots
+    stage = (tile_width * _GATHER_COLS * size + _GATHER_ROWS * 4
+             + _GATHER_ROWS * 4 * (value_words + slots // 2 + 1))
+    return 2 * stage
+
+
+@functools.cache
+def _smem_optin(device_id):
+    """Largest dynamic shared memory a block may opt in to on this device."""
+    return cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
 
 
 def _gather_ok(parts, shape, tile_width, b, out):
-    dtype = out.dtype
+    dtype, slots = out.dtype, parts.data.shape[2]
     return (dtype in _kernels.GATHER_DTYPES and b.dtype == dtype
-            and parts.data.shape[2] <= _GATHER_MAX_SLOTS
+            and slots <= _GATHER_MAX_SLOTS
             and b.shape[1] % (16 // dtype.itemsize) == 0 and _aligned(b, out)
-            and _gather_smem(tile_width, dtype) <= _MMA_SMEM_LIMIT
+            and _gather_smem(tile_width, slots, dtype) <= _smem_optin(b.device.id)
             and -(-shape[0] // _GATHER_ROWS) <= _MAX_GRID_Y)
 
 
@@ -411,7 +423,7 @@ def _spmm_gather(parts, shape, tile_width, b, out):
     m, k = shape
     n = b.shape[1]
     kernel = _kernels.function("spmm.cu", _expr("twell_spmm_gather", out.dtype))
-    smem = _gather_smem(tile_width, out.dtype)
+    smem = _gather_smem(tile_width, parts.data.shape[2], out.dtype)
     kernel.max_dynamic_shared_size_bytes = smem
     # Blocks: 64 output columns x 512 rows; column blocks vary fastest so that the blocks
     # sharing rows run together and read their slots from L2.

@@ -21,12 +21,31 @@ from ._algorithms import (  # noqa: F401 - tile_counts_csr is part of this backe
     tile_counts_csr,
     to_coo,
 )
-from ._validation import accumulator_dtype
+from ._validation import accumulator_dtype, bfloat16
 
 
 def cast(values, dtype):
     """``values`` converted to ``dtype`` (a new C-contiguous array), rounded once."""
+    dtype = np.dtype(dtype)
+    if dtype == bfloat16 and values.dtype == np.float64:
+        return _float64_to_bfloat16(values)
     return np.ascontiguousarray(values).astype(dtype)
+
+
+def _float64_to_bfloat16(values):
+    """float64 -> bfloat16 rounded once, to nearest, ties to even.
+
+    Some ml_dtypes releases convert float64 through float32, which rounds twice: 1 + 2**-8 +
+    2**-30 became 1.0 instead of 1.0078125. Rounding here to bfloat16's 8 significant bits
+    (exponent range of float32) first makes the final conversion exact on every release.
+    """
+    x = np.ascontiguousarray(values, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        _, exponent = np.frexp(x)  # |x| = m * 2**exponent, 0.5 <= m < 1
+        quantum = np.maximum(exponent - 1, -126) - 7  # bfloat16's spacing at |x|
+        rounded = np.ldexp(np.rint(np.ldexp(x, -quantum)), quantum)  # exact scalings
+        rounded = np.where(np.isfinite(x), rounded, x)
+        return rounded.astype(bfloat16)  # exact; past the largest bfloat16: Inf
 
 
 def tile_counts_dense(dense, tile_width):
