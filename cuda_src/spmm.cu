@@ -488,9 +488,10 @@ twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ rec
 //   the 512 rows' counts         (one int per row),
 //   the 512 rows' slots          (values and columns; 16-bit arrays are copied in aligned
 //                                 words, so a row's slots start at half-word (first & 1)).
-// A warp then takes its rows 8 at a time: lane j reads slot j of each row, and each entry
-// reaches the lanes with one shuffle (16-bit: value bits << 16 | column in one word); the 8
-// rows advance together, slot by slot, so that their FMA chains overlap. Every B row an entry
+// A warp then takes its rows 4 at a time: lane j reads slot j of each row, and
+// each entry reaches the lanes with one shuffle (16-bit: value bits << 16 | column in one
+// word); the rows advance together, slot by slot and without branches, so that their
+// shuffle -> shared load -> FMA chains overlap. Every B row an entry
 // names is read from shared memory, and each slot and B value from L2 once per block.
 // The order of accumulation is twell_spmm_rows': tiles, slots, then overflow entries (added
 // in the epilogue from global B), so both kernels give the same bits; no padding zero is ever
@@ -570,7 +571,7 @@ twell_spmm_gather(const int* __restrict__ counts, const T* __restrict__ data,
                   long long n_rows, long long n_cols, int tile_width, int slots,
                   const T* __restrict__ b, long long n, T* __restrict__ out) {
   static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16-bit values or float32");
-  constexpr int G = sizeof(T) == 2 ? 8 : 4;  // rows multiplied together (registers)
+  constexpr int G = 4;  // rows multiplied together (8 spills on sm_80)
   constexpr int kSize = static_cast<int>(sizeof(T));
   constexpr int kRowChunks = kGatherCols * kSize / 16;
   extern __shared__ uint4 smem[];
@@ -670,21 +671,30 @@ twell_spmm_gather(const int* __restrict__ counts, const T* __restrict__ data,
           value[i] = lane < c[i] ? values32[r * value_words + lane] : 0.0f;
         }
       }
+      // Branch-free: every row of the group takes every step (past its count it reads
+      // B row 0 and keeps its sum with a select), so the G chains interleave. The select
+      // keeps the bits: a sum that starts at +0 is never -0, and fmaf is what `acc += v * w`
+      // contracts to in twell_spmm_rows.
       for (int j = 0; j < longest; ++j) {
+        float v[G];
+        float2 w[G];
 #pragma unroll
         for (int i = 0; i < G; ++i) {
-          if (j < c[i]) {  // warp-uniform
-            const unsigned x = __shfl_sync(kFullMask, word[i], j);
-            float v;
-            if constexpr (kSize == 2) {
-              v = gather_value<T>(static_cast<unsigned short>(x >> 16));
-            } else {
-              v = __shfl_sync(kFullMask, value[i], j);
-            }
-            const float2 w = gather_pair<T>(st, static_cast<int>(x & 0xffffu), lane);
-            acc[g * G + i][0] += v * w.x;
-            acc[g * G + i][1] += v * w.y;
+          const unsigned x = __shfl_sync(kFullMask, word[i], j);
+          if constexpr (kSize == 2) {
+            v[i] = gather_value<T>(static_cast<unsigned short>(x >> 16));
+          } else {
+            v[i] = __shfl_sync(kFullMask, value[i], j);
           }
+          w[i] = gather_pair<T>(st, static_cast<int>(x & 0xffffu), lane);
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+          const bool live = j < c[i];
+          const float a0 = fmaf(v[i], w[i].x, acc[g * G + i][0]);
+          const float a1 = fmaf(v[i], w[i].y, acc[g * G + i][1]);
+          acc[g * G + i][0] = live ? a0 : acc[g * G + i][0];
+          acc[g * G + i][1] = live ? a1 : acc[g * G + i][1];
         }
       }
     }
