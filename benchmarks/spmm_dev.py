@@ -92,27 +92,10 @@ for s in [float(v) for v in args.sparsities.split(",")]:
             return y
         check(f"mma{shape}", mma())
         out[f"mma{shape}_ms"] = timed(mma)
-    # Gather kernel (at most 32 slots: repack with 32 when "auto" chose more).
-    ag = a if a.slots <= gb._GATHER_MAX_SLOTS else twell.TwELLMatrix(z, slots=32)
-    out["gather_slots"], out["gather_overflow"] = ag.slots, ag.overflow_nnz
-
-    def gather():
-        y = cupy.empty((args.m, args.n), dtype=bf16)
-        gb._spmm_gather(ag._parts, ag.shape, 256, down, y)
-        return y
-    check("gather", gather())
-    kern = _kernels.function("spmm.cu", "twell_spmm_gather<__nv_bfloat16>")
-    out["gather_regs"] = getattr(kern, "num_regs", None)
-    out["gather_local_bytes"] = getattr(kern, "local_size_bytes", None)
-    out["gather_ms"] = timed(gather)
-    # float32 (no tensor-core kernel): gather vs rows through the launcher.
+    # float32 (no tensor-core kernel): twell_spmm_rows vs dense.
     z32, down32 = z.astype(np.float32), down.astype(np.float32)
-    a32 = twell.TwELLMatrix(z32, slots=ag.slots)
-    for kern in ("rows", "gather"):
-        run = lambda kern=kern: gb.spmm(a32._parts, a32.shape, 256, down32,  # noqa: E731
-                                        np.dtype(np.float32), kernel=kern)
-        out[f"f32_{kern}_ms"] = timed(run) if kern == "rows" or gb._gather_ok(
-            a32._parts, a32.shape, 256, down32, down32) else float("nan")
+    a32 = twell.TwELLMatrix(z32, slots=a.slots)
+    out["f32_rows_ms"] = timed(lambda: a32 @ down32)
     out["f32_dense_ms"] = timed(lambda: z32 @ down32)
     recs = lambda: gb._block_records(p_, a.shape, 256, 32)  # noqa: E731
     out["records_ms"] = timed(recs)
@@ -123,15 +106,14 @@ for s in [float(v) for v in args.sparsities.split(",")]:
     rows.append({**info, **out})
     print(json.dumps(rows[-1]), flush=True)
 
-print(f"\n{'sparsity':>8} {'slots':>5} {'dense':>7} {'rows':>7} {'gather':>7} "
+print(f"\n{'sparsity':>8} {'slots':>5} {'dense':>7} {'rows':>7} "
       + " ".join(f"{str(sh):>9}" for sh in _kernels.MMA_SHAPES)
-      + f" {'api':>7} {'x dense':>7} {'pack':>6} {'f32 rows':>8} {'f32 gath':>8} {'f32 dns':>8}")
+      + f" {'api':>7} {'x dense':>7} {'pack':>6} {'f32 rows':>8} {'f32 dns':>8}")
 for r in rows:
     best = r["api_ms"]
     print(f"{r['sparsity']:>8} {r['slots']:>5} {r['dense_ms']:7.3f} {r['rows_ms']:7.3f} "
-          f"{r['gather_ms']:7.3f} "
           + " ".join(f"{r[f'mma{sh}_ms']:9.3f}" for sh in _kernels.MMA_SHAPES)
           + f" {best:7.3f} {r['dense_ms'] / best:7.2f} {r['pack_ms']:6.3f}"
-          f" {r['f32_rows_ms']:8.3f} {r['f32_gather_ms']:8.3f} {r['f32_dense_ms']:8.3f}")
+          f" {r['f32_rows_ms']:8.3f} {r['f32_dense_ms']:8.3f}")
 if os.environ.get("OUT"):
     json.dump(rows, open(os.path.join(os.environ["OUT"], "spmm_dev.json"), "w"), indent=1)

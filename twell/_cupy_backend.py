@@ -6,8 +6,6 @@ the outputs and compute the grid next to the launch. Everything runs on
 CuPy's current stream; the device-to-host synchronisations are marked.
 """
 
-import functools
-
 import cupy
 import numpy as np
 
@@ -327,18 +325,15 @@ def _mma_shape(dtype, tile_width, slots, b, requested=None):
     return None
 
 
-def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, kernel=None):
+def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
-    ``kernel`` (private: tests and benchmarks) forces one of ``"gather"``, ``"mma"``,
-    ``"rows"``; by default float16, bfloat16 and float32 with at most 32 slots, ``N`` a
-    multiple of 16 bytes and aligned arrays run ``twell_spmm_gather`` (CUDA cores, B tiles
-    in shared memory). Otherwise 16-bit values with ``tile_width <= 256`` and ``N % 8 == 0``
-    run on tensor cores (``twell_spmm_mma``, also chosen by ``mma_shape``), unless ``b``
-    holds Inf or NaN: then, and for every other case, ``twell_spmm_rows`` runs. The choice
-    between those two is made on the device (both kernels are launched, one of them returns
-    at once), so there is no host synchronisation. The gather and rows kernels accumulate
-    in the same order and give the same bits.
+    16-bit values with ``tile_width <= 256`` and ``N % 8 == 0`` run on tensor cores
+    (``twell_spmm_mma``, shape ``mma_shape`` or the first that fits), unless ``b`` holds Inf
+    or NaN: then, and for every other case, ``twell_spmm_rows`` runs. The choice between the
+    two is made on the device (both kernels are launched, one of them returns at once), so
+    there is no host synchronisation. ``variant="rows"`` (private: tests and benchmarks)
+    forces ``twell_spmm_rows``.
     """
     m, k = shape
     n = b.shape[1]
@@ -352,7 +347,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, kernel=None):
         for c0 in range(0, n, chunk):
             part = cupy.ascontiguousarray(b[:, c0:c0 + chunk])
             out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype, mma_shape,
-                                         kernel)
+                                         variant)
         return out
     out = cupy.empty((m, n), dtype=out_dtype)
     common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
@@ -363,16 +358,10 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, kernel=None):
         # One warp per row.
         kernel(_blocks(m, _WARPS), (_BLOCK,), (*common, b, out))
         return out
-    if kernel is None:
-        gather = mma_shape is None and _gather_ok(parts, shape, tile_width, b, out)
-        kernel = "gather" if gather else "mma"
-    if kernel == "gather":
-        if not _gather_ok(parts, shape, tile_width, b, out):
-            raise ValueError("twell_spmm_gather does not take this product")
-        _spmm_gather(parts, shape, tile_width, b, out)
-        return out
+    if variant not in (None, "rows"):
+        raise ValueError(f"variant must be None or 'rows'; got {variant!r}")
     run_rows = cupy.ones((), dtype=bool)
-    if kernel == "rows":
+    if variant == "rows":
         mma_shape = None
     else:
         mma_shape = _mma_shape(out_dtype, tile_width, parts.data.shape[2], b, mma_shape)
@@ -388,50 +377,6 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, kernel=None):
     grid = (_blocks(m, _WARPS)[0], int(-(-n // (32 * vec))))
     kernel(grid, (_BLOCK,), (*common, b, _i64(n), run_rows, out))
     return out
-
-
-#: Rows and output columns of one twell_spmm_gather block; its largest slot count.
-_GATHER_WARPS, _GATHER_COLS, _GATHER_MAX_SLOTS = 16, 64, 32
-_GATHER_ROWS = _GATHER_WARPS * 32
-
-
-def _gather_smem(tile_width, slots, dtype):
-    """Dynamic shared memory of twell_spmm_gather (gather_stage_bytes in spmm.cu, twice)."""
-    size = np.dtype(dtype).itemsize
-    value_words = slots // 2 + 1 if size == 2 else slots
-    stage = (tile_width * _GATHER_COLS * size + _GATHER_ROWS * 4
-             + _GATHER_ROWS * 4 * (value_words + slots // 2 + 1))
-    return 2 * stage
-
-
-@functools.cache
-def _smem_optin(device_id):
-    """Largest dynamic shared memory a block may opt in to on this device."""
-    return cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
-
-
-def _gather_ok(parts, shape, tile_width, b, out):
-    dtype, slots = out.dtype, parts.data.shape[2]
-    return (dtype in _kernels.GATHER_DTYPES and b.dtype == dtype
-            and slots <= _GATHER_MAX_SLOTS
-            and b.shape[1] % (16 // dtype.itemsize) == 0 and _aligned(b, out)
-            and _gather_smem(tile_width, slots, dtype) <= _smem_optin(b.device.id)
-            and -(-shape[0] // _GATHER_ROWS) <= _MAX_GRID_Y)
-
-
-def _spmm_gather(parts, shape, tile_width, b, out):
-    m, k = shape
-    n = b.shape[1]
-    kernel = _kernels.function("spmm.cu", _expr("twell_spmm_gather", out.dtype))
-    smem = _gather_smem(tile_width, parts.data.shape[2], out.dtype)
-    kernel.max_dynamic_shared_size_bytes = smem
-    # Blocks: 64 output columns x 512 rows; column blocks vary fastest so that the blocks
-    # sharing rows run together and read their slots from L2.
-    grid = (int(-(-n // _GATHER_COLS)), int(-(-m // _GATHER_ROWS)))
-    kernel(grid, (_GATHER_WARPS * 32,), (
-        parts.counts, parts.data, parts.indices, parts.overflow_indptr, parts.overflow_indices,
-        parts.overflow_data, _i64(m), _i64(k), _i32(tile_width), _i32(parts.data.shape[2]),
-        b, _i64(n), out), shared_mem=smem)
 
 
 def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):

@@ -54,9 +54,6 @@ def _pack_dense():
 #: 16-bit dtypes with a tensor-core SpMM.
 HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 
-#: dtypes of the CUDA-core gather SpMM (16-bit values and float32).
-GATHER_DTYPES = HALF_DTYPES + (np.dtype(np.float32),)
-
 #: (warps per block, 16-row groups per warp, pipeline stages) of the tensor-core SpMM
 #: instances, in order of preference (the launcher takes the first whose shared memory fits).
 MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
@@ -72,8 +69,7 @@ INSTANCES = {
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
-                   for w, g, st in MMA_SHAPES]
-                + [f"twell_spmm_gather<{CTYPES[d]}>" for d in GATHER_DTYPES]),
+                   for w, g, st in MMA_SHAPES]),
 }
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
