@@ -1,0 +1,81 @@
+"""Pack development bench: where dense -> TwELL time goes, stage by stage.
+
+One process, the same input for every stage, CUDA events after warm-up, median. The FFN
+activation shape of the paper (M = 16384, K = 5632, bf16, sparsity 99% by the bias-column
+trick). Prints one line per stage and the fraction of the copy bandwidth each reaches.
+Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/pack_dev.py
+"""
+
+import argparse
+
+import cupy
+import numpy as np
+from scipy.special import ndtri
+
+import twell
+from twell import _cupy_backend as gb
+from twell import _layout
+
+p = argparse.ArgumentParser()
+p.add_argument("--m", type=int, default=16384)
+p.add_argument("--k", type=int, default=5632)
+p.add_argument("--sparsity", type=float, default=0.99)
+p.add_argument("--reps", type=int, default=20)
+args = p.parse_args()
+
+
+def timed(fn, reps=args.reps, warm=3):
+    for _ in range(warm):
+        fn()
+    ev = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(reps)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    ev[-1][1].synchronize()
+    return float(np.median([cupy.cuda.get_elapsed_time(a, b) for a, b in ev]))
+
+
+rng = np.random.default_rng(0)
+x = cupy.asarray(rng.standard_normal((args.m, 2048), dtype=np.float32))
+w = cupy.asarray(rng.standard_normal((args.k, 2048), dtype=np.float32)) / np.sqrt(2048)
+x[:, 0] = 1.0
+w[:, 0] = -ndtri(args.sparsity)
+z = cupy.maximum(x @ w.T, 0).astype(twell.bfloat16)
+del x, w
+a = twell.TwELLMatrix(z)
+s = a.slots
+nt = _layout.n_tiles(args.k, 256)
+print(f"M={args.m} K={args.k} density={float((z != 0).mean()):.4f} auto slots={s} "
+      f"overflow={a.overflow_nnz}")
+totals = cupy.empty((args.m, nt), dtype=_layout.COUNT_DTYPE)
+parts = gb._empty_parts(args.m, nt, s, z.dtype, slot_fill=cupy.empty)
+counter = gb._overflow_counter()
+
+
+def slots_pass():
+    gb._launch_pack_dense(z, 256, s, gb._MODE_SLOTS, totals, parts, parts.overflow_indptr,
+                          counter)
+
+
+gb._launch_pack_dense(z, 256, s, gb._MODE_SLOTS, totals, parts, parts.overflow_indptr, counter)
+over = gb._with_overflow(parts, gb._overflow_offsets(totals, s), max(a.overflow_nnz, 1), nt)
+real_offset = gb._overflow_offsets(totals, s)
+stages = {
+    "copy z (read + write)": (lambda: z.copy(), 2 * z.nbytes),
+    "slots pass (kernel)": (slots_pass, z.nbytes),
+    "count pass (kernel)": (lambda: gb.tile_counts_dense(z, 256), z.nbytes),
+    "overflow size (sync)": (lambda: gb._overflow_size(counter), 0),
+    "overflow offsets (cumsum)": (lambda: gb._overflow_offsets(totals, s), 0),
+    "overflow pass (kernel)": (lambda: gb._launch_pack_dense(
+        z, 256, s, gb._MODE_OVERFLOW, totals, over, real_offset, counter), 0),
+    "pack_dense (launcher)": (lambda: gb.pack_dense(z, 256, s), z.nbytes),
+    "TwELLMatrix(z, slots=S)": (lambda: twell.TwELLMatrix(z, slots=s), z.nbytes),
+    "TwELLMatrix(z) (auto)": (lambda: twell.TwELLMatrix(z), z.nbytes),
+}
+copy_bw = None
+for name, (fn, nbytes) in stages.items():
+    ms = timed(fn)
+    bw = nbytes / ms / 1e9 if nbytes else float("nan")
+    copy_bw = copy_bw or bw
+    print(f"{name:<28} {ms * 1e3:9.1f} us  {bw:6.2f} TB/s  {bw / copy_bw:6.1%} of copy")
