@@ -62,7 +62,7 @@ gb._launch_pack_dense(z, 256, s, gb._MODE_SLOTS, totals, parts, parts.overflow_i
 over = gb._with_overflow(parts, gb._overflow_offsets(totals, s), max(a.overflow_nnz, 1), nt)
 real_offset = gb._overflow_offsets(totals, s)
 stages = {
-    "copy z (read + write)": (lambda: z.copy(), 2 * z.nbytes),
+    "copy z (read + write)": (lambda: z.view(np.uint16).copy(), 2 * z.nbytes),
     "slots pass (kernel)": (slots_pass, z.nbytes),
     "count pass (kernel)": (lambda: gb.tile_counts_dense(z, 256), z.nbytes),
     "overflow size (sync)": (lambda: gb._overflow_size(counter), 0),
