@@ -7,10 +7,11 @@ Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/pack_dev.py
 """
 
 import argparse
+import functools
 
+import _dev
 import cupy
 import numpy as np
-from scipy.special import ndtri
 
 import twell
 from twell import _cupy_backend as gb
@@ -22,27 +23,10 @@ p.add_argument("--k", type=int, default=5632)
 p.add_argument("--sparsity", type=float, default=0.99)
 p.add_argument("--reps", type=int, default=20)
 args = p.parse_args()
+timed = functools.partial(_dev.timed, reps=args.reps)
 
-
-def timed(fn, reps=args.reps, warm=3):
-    for _ in range(warm):
-        fn()
-    ev = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    ev[-1][1].synchronize()
-    return float(np.median([cupy.cuda.get_elapsed_time(a, b) for a, b in ev]))
-
-
-rng = np.random.default_rng(0)
-x = cupy.asarray(rng.standard_normal((args.m, 2048), dtype=np.float32))
-w = cupy.asarray(rng.standard_normal((args.k, 2048), dtype=np.float32)) / np.sqrt(2048)
-x[:, 0] = 1.0
-w[:, 0] = -ndtri(args.sparsity)
-z = cupy.maximum(x @ w.T, 0).astype(twell.bfloat16)
-del x, w
+z = _dev.activations(args.m, args.k, 2048, args.sparsity, np.random.default_rng(0))
+z = z.astype(twell.bfloat16)
 a = twell.TwELLMatrix(z)
 s = a.slots
 nt = _layout.n_tiles(args.k, 256)

@@ -6,12 +6,13 @@ Usage (GPU machine, repo root): PYTHONPATH=. python benchmarks/spmm_dev.py [--m 
 """
 
 import argparse
+import functools
 import json
 import os
 
+import _dev
 import cupy
 import numpy as np
-from scipy.special import ndtri
 
 import twell
 from twell import _cupy_backend as gb
@@ -25,33 +26,14 @@ p.add_argument("--d", type=int, default=2048)
 p.add_argument("--sparsities", default="0.99,0.95,0.90")
 p.add_argument("--reps", type=int, default=20)
 args = p.parse_args()
-
-
-def timed(fn, reps=args.reps, warm=3):
-    for _ in range(warm):
-        fn()
-    ev = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    ev[-1][1].synchronize()
-    return float(np.median([cupy.cuda.get_elapsed_time(a, b) for a, b in ev]))
-
-
-def activations(m, k, d, s, rng):
-    x = cupy.asarray(rng.standard_normal((m, d), dtype=np.float32))
-    w = cupy.asarray(rng.standard_normal((k, d), dtype=np.float32)) / np.sqrt(d)
-    x[:, 0] = 1.0
-    w[:, 0] = -ndtri(s) * 1.0  # relu(x w^T) > 0 with probability ~ 1 - s
-    return cupy.maximum(x @ w.T, 0)
+timed = functools.partial(_dev.timed, reps=args.reps)
 
 
 rng = np.random.default_rng(0)
 rows = []
 bf16 = twell.bfloat16
 for s in [float(v) for v in args.sparsities.split(",")]:
-    z = activations(args.m, args.k, args.d, s, rng).astype(bf16)
+    z = _dev.activations(args.m, args.k, args.d, s, rng).astype(bf16)
     down = (cupy.asarray(rng.standard_normal((args.k, args.n), dtype=np.float32))
             / np.sqrt(args.k)).astype(bf16)
     ref = z.astype(np.float32) @ down.astype(np.float32)
