@@ -8,7 +8,8 @@ rest go, losslessly, to a CSR overflow part. The same API runs on NumPy
 Public API
 ----------
 TwELLMatrix, ELLMatrix, from_packed, auto_slots, bfloat16, cuda_available,
-matmul_to_twell, sparse_ffn, save, load.
+matmul_to_twell, sparse_ffn, save, load; PyTorch interop (torch is optional):
+from_torch, to_torch, from_torch_parts, from_torch_array, TorchParts.
 """
 
 from ._backend import cupy_available as cuda_available
@@ -16,6 +17,7 @@ from ._ell import ELLMatrix
 from ._ffn import matmul_to_twell, sparse_ffn
 from ._io import load, save
 from ._layout import AUTO_OVERFLOW_FRACTION, DEFAULT_TILE_WIDTH, auto_slots
+from ._torch import TorchParts, from_torch, from_torch_array, from_torch_parts, to_torch
 from ._twell import TwELLMatrix
 from ._validation import SUPPORTED_DTYPES, bfloat16
 from ._version import __version__
@@ -27,14 +29,19 @@ __all__ = [
     "DEFAULT_TILE_WIDTH",
     "ELLMatrix",
     "SUPPORTED_DTYPES",
+    "TorchParts",
     "TwELLMatrix",
     "__version__",
     "auto_slots",
     "bfloat16",
     "cuda_available",
     "from_packed",
+    "from_torch",
+    "from_torch_array",
+    "from_torch_parts",
     "load",
     "matmul_to_twell",
     "save",
     "sparse_ffn",
+    "to_torch",
 ]

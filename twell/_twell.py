@@ -440,6 +440,70 @@ class TwELLMatrix:
         """
         return _packed.to_packed(self, compression)
 
+    def to_torch(self):
+        """The six storage arrays as torch tensors sharing memory with the matrix.
+
+        Needs PyTorch (twell does not otherwise). Each array crosses through
+        DLPack, so nothing is copied: ``to_torch().counts.data_ptr()`` is the
+        address of ``counts``, and a write through either is seen by the other.
+
+        Returns
+        -------
+        TorchParts
+            A NamedTuple ``(counts, data, indices, overflow_indptr,
+            overflow_indices, overflow_data)`` of tensors, on the CPU for a
+            NumPy-backed matrix and on the matrix's GPU for a CuPy-backed one:
+            ``counts`` torch.int32 (M, n_tiles); ``data`` (M, n_tiles, slots)
+            of the matrix's dtype, bfloat16 as ``torch.bfloat16``; ``indices``
+            torch.uint16 (M, n_tiles, slots); ``overflow_indptr`` torch.int64
+            (M + 1,); ``overflow_indices`` torch.int32 and ``overflow_data``
+            of the matrix's dtype, one element per overflow entry.
+
+        Raises
+        ------
+        ImportError
+            Without PyTorch.
+        TypeError
+            With a torch older than 2.3, which has no ``torch.uint16``.
+
+        See Also
+        --------
+        twell.from_torch_parts : the inverse.
+        twell.to_torch : one array (``A.toarray()``, ``A @ B``, ``A.to_packed()``).
+        twell.from_torch : a matrix from a dense tensor.
+
+        Notes
+        -----
+        The tuple holds the tensors only, as the constructor's tuple form does:
+        ``shape`` and ``tile_width`` stay on the matrix, and
+        ``twell.from_torch_parts(A.to_torch(), A.shape, A.tile_width)`` gives
+        ``A`` back on the same memory. Neither can be read off the arrays
+        (``K`` is known only up to the width of the last tile), and a tuple of
+        tensors alone can be handed on, moved or saved as tensors.
+
+        ``indices`` keeps the uint16 that twell stores, as ``torch.uint16``:
+        exact for every tile width up to 65536 and no copy. torch supports few
+        operations on uint16 tensors beyond copies and conversions:
+        ``parts.indices.long()`` converts (a copy) for indexing or arithmetic,
+        and ``parts.indices.view(torch.int16)`` (no copy) holds the same values
+        when ``tile_width <= 32768``. bfloat16 values cross DLPack as int16 bits
+        and are viewed as ``torch.bfloat16`` on the torch side.
+
+        Examples
+        --------
+        >>> import numpy as np, twell                          # doctest: +SKIP
+        >>> a = twell.TwELLMatrix(np.eye(2, 300, dtype=np.float32), slots=1)  # doctest: +SKIP
+        >>> p = a.to_torch()                                   # doctest: +SKIP
+        >>> p.counts                                           # doctest: +SKIP
+        tensor([[1, 0],
+                [1, 0]], dtype=torch.int32)
+        >>> p.indices.dtype, p.counts.data_ptr() == a.counts.ctypes.data  # doctest: +SKIP
+        (torch.uint16, True)
+        """
+        from ._torch import matrix_to_torch
+
+        return matrix_to_torch(self)
+
     def get(self):
         """Host copy: a NumPy-backed TwELLMatrix (itself when already on the host)."""
         if self._xp is np:
