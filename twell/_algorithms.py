@@ -50,11 +50,18 @@ def exclusive_cumsum(x):
     return out
 
 
-def expand_indptr(indptr):
-    """Row index of every entry of a CSR structure (int64)."""
+def expand_indptr(indptr, nnz):
+    """Row index of each of the ``nnz`` entries of a CSR structure (int64).
+
+    ``nnz`` is the length of the entry arrays (``indptr[-1]``), passed in because the caller
+    knows it on the host. Entry ``e`` belongs to the last row whose start is ``<= e``: one
+    binary search per entry. ``repeat`` with per-row counts would be shorter, but CuPy's
+    reads the counts back to the host, a hidden synchronisation on the GPU path.
+    """
     xp = array_module(indptr)
-    m = indptr.size - 1
-    return xp.repeat(xp.arange(m, dtype=np.int64), xp.diff(indptr).astype(np.int64))
+    indptr = indptr.astype(np.int64, copy=False)
+    entries = xp.arange(nnz, dtype=np.int64)
+    return xp.searchsorted(indptr, entries, side="right") - 1
 
 
 def pack_sorted_coo(rows, cols, vals, shape, tile_width, slots):
@@ -103,7 +110,7 @@ def tile_counts_csr(indptr, indices, shape, tile_width):
     xp = array_module(indptr, indices)
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
-    key = expand_indptr(indptr) * nt + indices.astype(np.int64) // tile_width
+    key = expand_indptr(indptr, indices.size) * nt + indices.astype(np.int64) // tile_width
     return xp.bincount(key, minlength=m * nt).astype(_layout.COUNT_DTYPE).reshape(m, nt)
 
 
@@ -112,7 +119,7 @@ def overflow_tile_counts(parts, shape, tile_width):
     xp = array_module(parts.counts)
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
-    rows = expand_indptr(parts.overflow_indptr)
+    rows = expand_indptr(parts.overflow_indptr, parts.overflow_indices.size)
     key = rows * nt + parts.overflow_indices.astype(np.int64) // tile_width
     return xp.bincount(key, minlength=m * nt)
 
@@ -137,7 +144,7 @@ def csr_layout(parts, shape, tile_width):
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
     counts = parts.counts.reshape(-1).astype(np.int64)
-    over_rows = expand_indptr(parts.overflow_indptr)
+    over_rows = expand_indptr(parts.overflow_indptr, parts.overflow_indices.size)
     over_key = over_rows * nt + parts.overflow_indices.astype(np.int64) // tile_width
     over_per_tile = xp.bincount(over_key, minlength=m * nt)
     tile_offset = exclusive_cumsum(counts + over_per_tile)

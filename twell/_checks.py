@@ -96,7 +96,7 @@ def validate_parts(parts, shape, tile_width):
     if ocols.size:
         _expect_all((ocols >= 0) & (ocols < k), f"overflow_indices must be in [0, K={k})",
                     "overflow_indices", ocols)
-        rows = expand_indptr(indptr)
+        rows = expand_indptr(indptr, ocols.size)
         same_row = rows[1:] == rows[:-1]
         _expect((~same_row | (ocols[1:] > ocols[:-1])).all(),
                 "overflow_indices must be strictly increasing within each row")

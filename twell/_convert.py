@@ -70,8 +70,9 @@ def scipy_sparse(x, dtype=None, storage=None):
         check_storage(shape, *storage)
     value_dtype(x.dtype, "x.dtype")
     if x.format == "csr":
-        rows = _algorithms.expand_indptr(np.asarray(x.indptr, dtype=np.int64))
-        cols, vals = x.indices, x.data
+        nnz = int(x.indptr[-1])  # scipy may keep spare capacity past indptr[-1]
+        rows = _algorithms.expand_indptr(np.asarray(x.indptr, dtype=np.int64), nnz)
+        cols, vals = x.indices[:nnz], x.data[:nnz]
     else:
         coo = x.tocoo()
         rows, cols, vals = coo.row, coo.col, coo.data

@@ -91,7 +91,7 @@ class ELLMatrix:
             raise ValueError(
                 f"width={width} is shorter than row {row}, which holds {longest} non-zeros"
             )
-        rows = _algorithms.expand_indptr(src.indptr)
+        rows = _algorithms.expand_indptr(src.indptr, src.indices.size)
         rank = xp.arange(rows.size, dtype=np.int64) - src.indptr[rows]
         self.data = xp.zeros((m, width), dtype=src.data.dtype)
         self.indices = xp.zeros((m, width), dtype=np.int32)

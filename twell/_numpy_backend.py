@@ -67,7 +67,8 @@ def pack_dense(dense, tile_width, slots):
 
 def pack_csr(indptr, indices, data, shape, tile_width, slots):
     """Canonical CSR -> TwELL parts."""
-    return pack_sorted_coo(expand_indptr(indptr), indices, data, shape, tile_width, slots)
+    rows = expand_indptr(indptr, indices.size)
+    return pack_sorted_coo(rows, indices, data, shape, tile_width, slots)
 
 
 def to_dense(parts, shape, tile_width):

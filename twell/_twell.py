@@ -547,7 +547,7 @@ class TwELLMatrix:
         indptr, indices, data = self._csr_arrays()
         keep = _algorithms.is_nonzero(data)
         if not bool(keep.all()):  # host sync on the GPU
-            rows = _algorithms.expand_indptr(indptr)[keep]
+            rows = _algorithms.expand_indptr(indptr, indices.size)[keep]
             indptr = _algorithms.exclusive_cumsum(self._xp.bincount(rows, minlength=self.shape[0]))
             indices, data = indices[keep], data[keep]
         src = _convert.CSR(indptr, indices, data, self.shape)

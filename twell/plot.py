@@ -119,7 +119,7 @@ def _coo(a):
 
 def _overflow_coo(a):
     """Host ``(rows, cols)`` of the overflow entries of a TwELLMatrix."""
-    rows = _algorithms.expand_indptr(a.overflow_indptr)
+    rows = _algorithms.expand_indptr(a.overflow_indptr, a.overflow_indices.size)
     return rows, a.overflow_indices.astype(np.int64)
 
 
