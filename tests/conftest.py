@@ -1,7 +1,10 @@
 """Fixtures, markers and hypothesis profiles shared by the whole suite.
 
 * Hypothesis profiles: ``ci`` (deterministic, loaded whenever ``CI`` is set),
-  ``dev`` (the default) and ``thorough``; choose with ``HYPOTHESIS_PROFILE``.
+  ``dev`` (the default), ``thorough`` and ``sanitize`` (few examples, for
+  ``scripts/sanitize.sh``); ``HYPOTHESIS_PROFILE`` chooses one and wins over ``CI``.
+* ``TWELL_NO_MEMORY_POOL=1``: CuPy allocates every array with its own cudaMalloc, so
+  that compute-sanitizer sees accesses past an array's end.
 * ``backend``: every test that takes it runs once on NumPy and once on CuPy;
   the CuPy run is skipped, with a reason, where there is no CUDA GPU.
 * ``rng``: a NumPy Generator seeded from the test's id (no global seeds).
@@ -23,8 +26,18 @@ settings.register_profile("ci", derandomize=True, max_examples=40, deadline=None
                           print_blob=True)
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)
-PROFILE = "ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev")
+# Under compute-sanitizer every launch costs milliseconds: few examples, still derandomised.
+settings.register_profile("sanitize", derandomize=True, max_examples=4, deadline=None,
+                          print_blob=True)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 settings.load_profile(PROFILE)
+
+# Under compute-sanitizer (scripts/sanitize.sh), CuPy's memory pool would hide out-of-bounds
+# accesses that land inside a pooled block: give every array its own cudaMalloc instead.
+if os.environ.get("TWELL_NO_MEMORY_POOL") and twell.cuda_available():
+    import cupy
+
+    cupy.cuda.set_allocator(None)
 
 
 def pytest_configure(config):
