@@ -15,7 +15,7 @@ import numpy as np
 
 import twell
 from twell import _cupy_backend as gb
-from twell import _layout
+from twell import _kernels, _layout
 
 p = argparse.ArgumentParser()
 p.add_argument("--m", type=int, default=16384)
@@ -45,12 +45,25 @@ def slots_pass():
 gb._launch_pack_dense(z, 256, s, gb._MODE_SLOTS, totals, parts, parts.overflow_indptr, counter)
 over = gb._with_overflow(parts, gb._overflow_offsets(totals, s), max(a.overflow_nnz, 1), nt)
 real_offset = gb._overflow_offsets(totals, s)
+def slots_pass_pairs(pairs):
+    saved, _kernels.PACK_PAIRS = _kernels.PACK_PAIRS, pairs
+    try:
+        slots_pass()
+    finally:
+        _kernels.PACK_PAIRS = saved
+
+
 stages = {
     "copy z (read + write)": (lambda: z.view(np.uint16).copy(), 2 * z.nbytes),
     "slots pass (kernel)": (slots_pass, z.nbytes),
+    **{f"slots pass, PAIRS={p}": (functools.partial(slots_pass_pairs, p), z.nbytes)
+       for p in _kernels.PACK_PAIRS_CHOICES},
     "count pass (kernel)": (lambda: gb.tile_counts_dense(z, 256), z.nbytes),
     "overflow size (sync)": (lambda: gb._overflow_size(counter), 0),
     "overflow offsets (cumsum)": (lambda: gb._overflow_offsets(totals, s), 0),
+    "cumsum, out= (old offsets)": (lambda: cupy.cumsum(totals.reshape(-1), out=cupy.empty(
+        totals.size, dtype=np.int64)), 0),
+    "cumsum, no out= (new)": (lambda: cupy.cumsum(totals.reshape(-1), dtype=np.int64), 0),
     "overflow pass (kernel)": (lambda: gb._launch_pack_dense(
         z, 256, s, gb._MODE_OVERFLOW, totals, over, real_offset, counter), 0),
     "pack_dense (launcher)": (lambda: gb.pack_dense(z, 256, s), z.nbytes),

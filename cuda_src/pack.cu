@@ -8,7 +8,8 @@
 //   kModeOverflow the non-zeros of rank >= S go to overflow position
 //                 overflow_offset[pair] + rank - S (an exclusive prefix sum of max(total - S, 0)
 //                 over pairs in row-major order, so the overflow is a CSR in column order);
-//                 launched only when *n_overflow > 0
+//                 launched only when *n_overflow > 0 (for dense input by its own kernel,
+//                 twell_pack_dense_overflow)
 // Ranks come from warp-wide prefix sums (dense) or binary searches (CSR), never from atomics:
 // packing is deterministic and canonical. The one atomic, on the n_overflow counter, adds
 // integers, so its total is deterministic too.
@@ -16,10 +17,23 @@
 
 using namespace twell;
 
+// v[i] for a run-time i < VEC: a chain of selects, so that v stays in registers (an indexed
+// read of a register array would put it in local memory).
+template <typename T, int VEC>
+__device__ __forceinline__ T pick(const T (&v)[VEC], int i) {
+  T out = v[0];
+#pragma unroll
+  for (int k = 1; k < VEC; ++k) out = k == i ? v[k] : out;
+  return out;
+}
+
 // One chunk of a (row, tile) of the dense kernel: lane l holds v = columns j0 .. j0 + VEC - 1
 // of the tile (zeros past its width) and `base` non-zeros precede the chunk. Writes the chunk's
 // slots (kModeSlots) or its entries of rank >= S (kModeOverflow); returns the chunk's number of
 // non-zeros, the same in every lane. Every lane of the warp must call it (warp shuffles).
+// The stores loop over the lane's non-zeros only: at the sparsities TwELL is for, most lanes
+// hold none and the warp takes one or two steps, where a loop over all VEC values took VEC
+// (the kernel was bound by instruction issue, not by memory).
 template <typename T, int VEC>
 __device__ __forceinline__ int pack_chunk(const T (&v)[VEC], long long j0, int base, int lane,
                                           int mode, long long pair, long long col0, int slots,
@@ -32,30 +46,20 @@ __device__ __forceinline__ int pack_chunk(const T (&v)[VEC], long long j0, int b
 #pragma unroll
   for (int i = 0; i < VEC; ++i) bits |= static_cast<unsigned>(is_nonzero(v[i])) << i;
   const int n = __popc(bits);
+  if (mode == kModeCount) return __reduce_add_sync(kFullMask, n);  // no ranks needed
   const int inclusive = warp_inclusive_scan(n, lane);
   int rank = base + inclusive - n;
-  if (mode == kModeSlots) {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      if ((bits >> i) & 1u) {
-        if (rank < slots) {
-          data[pair * slots + rank] = v[i];
-          indices[pair * slots + rank] = static_cast<unsigned short>(j0 + i);
-        }
-        ++rank;
+  for (unsigned rest = bits; rest != 0u; rest &= rest - 1u, ++rank) {
+    const int i = __ffs(rest) - 1;
+    if (mode == kModeSlots) {
+      if (rank < slots) {
+        data[pair * slots + rank] = pick(v, i);
+        indices[pair * slots + rank] = static_cast<unsigned short>(j0 + i);
       }
-    }
-  } else if (mode == kModeOverflow) {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      if ((bits >> i) & 1u) {
-        if (rank >= slots) {
-          const long long o = overflow_offset[pair] + (rank - slots);
-          overflow_indices[o] = static_cast<int>(col0 + j0 + i);
-          overflow_data[o] = v[i];
-        }
-        ++rank;
-      }
+    } else if (rank >= slots) {  // kModeOverflow
+      const long long o = overflow_offset[pair] + (rank - slots);
+      overflow_indices[o] = static_cast<int>(col0 + j0 + i);
+      overflow_data[o] = pick(v, i);
     }
   }
   return __shfl_sync(kFullMask, inclusive, kWarp - 1);
@@ -80,8 +84,9 @@ __device__ __forceinline__ int finish_pair(int total, int lane, int mode, long l
   return max(total - slots, 0);
 }
 
-// Dense (M, K) row-major -> TwELL. Lane l reads VEC consecutive columns per step (16-byte loads
-// when VEC > 1: the launcher checks that K, T and the base pointer are multiples of 16 bytes).
+// Dense (M, K) row-major -> TwELL, kModeCount and kModeSlots (kModeOverflow: the kernel
+// below). Lane l reads VEC consecutive columns per step (16-byte loads when VEC > 1: the
+// launcher checks that K, T and the base pointer are multiples of 16 bytes).
 //   PAIRS == 1: one warp per (row, tile), stepping through the tile kWarp * VEC columns at a
 //               time (any tile width).
 //   PAIRS > 1:  one warp per PAIRS consecutive (row, tile) pairs, each of which fits in one
@@ -90,15 +95,13 @@ __device__ __forceinline__ int finish_pair(int total, int lane, int mode, long l
 // In kModeSlots every slot is written (zeros after the count), so data/indices need no prior
 // memset, and the number of entries past the slots, sum over pairs of max(total - S, 0), is
 // added to *n_overflow (zeroed by the launcher): one integer atomicAdd per warp with overflow,
-// so the total is deterministic. kModeCount and kModeOverflow leave *n_overflow alone.
+// so the total is deterministic. kModeCount leaves *n_overflow alone.
 // Grid: ceil(ceil(M * n_tiles / PAIRS) / warps per block) blocks of whole warps.
 template <typename T, int VEC, int PAIRS>
 __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, long long n_cols,
                                  int tile_width, int slots, int mode,
                                  int* __restrict__ totals, int* __restrict__ counts,
                                  T* __restrict__ data, unsigned short* __restrict__ indices,
-                                 const long long* __restrict__ overflow_offset,
-                                 int* __restrict__ overflow_indices, T* __restrict__ overflow_data,
                                  unsigned long long* __restrict__ n_overflow) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
   static_assert(PAIRS >= 1 && PAIRS <= 8, "PAIRS is a small number of pairs per warp");
@@ -111,7 +114,6 @@ __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, 
   int over = 0;  // entries past the slots in this warp's pairs (<= PAIRS * T)
   if constexpr (PAIRS == 1) {
     const long long pair = first;
-    if (mode == kModeOverflow && totals[pair] <= slots) return;  // whole warp
     const long long row = pair / tiles;
     const long long col0 = (pair - row * tiles) * tile_width;
     const long long width = min(static_cast<long long>(tile_width), n_cols - col0);
@@ -122,23 +124,21 @@ __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, 
       T v[VEC];
       load_vec<T, VEC>(src, j0, width, v);
       base += pack_chunk<T, VEC>(v, j0, base, lane, mode, pair, col0, slots, data, indices,
-                                 overflow_offset, overflow_indices, overflow_data);
+                                 nullptr, nullptr, nullptr);
     }
-    if (mode != kModeOverflow)
-      over = finish_pair<T>(base, lane, mode, pair, slots, totals, counts, data, indices);
+    over = finish_pair<T>(base, lane, mode, pair, slots, totals, counts, data, indices);
   } else {
     const long long row0 = first / tiles;
     const long long tile0 = first - row0 * tiles;
     const long long j0 = static_cast<long long>(lane) * VEC;
-    // live[q]: pair first + q exists (and overflows, in kModeOverflow); the same in every lane.
+    // live[q]: pair first + q exists; the same in every lane.
     bool live[PAIRS];
     T v[PAIRS][VEC];
     {
       long long row = row0, tile = tile0;
 #pragma unroll
       for (int q = 0; q < PAIRS; ++q) {
-        const long long pair = first + q;
-        live[q] = pair < n_pairs && (mode != kModeOverflow || totals[pair] > slots);
+        live[q] = first + q < n_pairs;
         const long long col0 = tile * tile_width;
         // A dead pair loads nothing (limit 0) from the matrix's start.
         const long long width =
@@ -153,16 +153,54 @@ __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, 
       const long long pair = first + q;
       if (live[q]) {  // whole warp
         const int total = pack_chunk<T, VEC>(v[q], j0, 0, lane, mode, pair, tile * tile_width,
-                                             slots, data, indices, overflow_offset,
-                                             overflow_indices, overflow_data);
-        if (mode != kModeOverflow)
-          over += finish_pair<T>(total, lane, mode, pair, slots, totals, counts, data, indices);
+                                             slots, data, indices, nullptr, nullptr, nullptr);
+        over += finish_pair<T>(total, lane, mode, pair, slots, totals, counts, data, indices);
       }
       if (++tile == tiles) tile = 0;
     }
   }
   if (mode == kModeSlots && lane == 0 && over > 0)
     atomicAdd(n_overflow, static_cast<unsigned long long>(over));
+}
+
+// Dense -> TwELL, kModeOverflow: the entries of rank >= S of the pairs with totals > S go to
+// the overflow. One warp per 32 consecutive (row, tile) pairs: lane l reads totals[first + l]
+// (one coalesced load), and the warp then packs the overflowing pairs among them one after the
+// other, stepping through each tile kWarp * VEC columns at a time. Overflowing pairs are few
+// (the slots hold most entries), so the launch touches the totals, not the matrix, except
+// where it must: a warp per pair, as the slots pass has, spent most of its time starting warps
+// that had nothing to do.
+// Grid: ceil(ceil(M * n_tiles / kWarp) / warps per block) blocks of whole warps.
+template <typename T, int VEC>
+__global__ void twell_pack_dense_overflow(const T* __restrict__ dense, long long n_rows,
+                                          long long n_cols, int tile_width, int slots,
+                                          const int* __restrict__ totals,
+                                          const long long* __restrict__ overflow_offset,
+                                          int* __restrict__ overflow_indices,
+                                          T* __restrict__ overflow_data) {
+  static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n_pairs = n_rows * tiles;
+  const long long first =
+      (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp * kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (first >= n_pairs) return;  // whole warp
+  const bool overflows = first + lane < n_pairs && totals[first + lane] > slots;
+  for (unsigned rest = __ballot_sync(kFullMask, overflows); rest != 0u; rest &= rest - 1u) {
+    const long long pair = first + (__ffs(rest) - 1);
+    const long long row = pair / tiles;
+    const long long col0 = (pair - row * tiles) * tile_width;
+    const long long width = min(static_cast<long long>(tile_width), n_cols - col0);
+    const T* __restrict__ src = dense + row * n_cols + col0;
+    int base = 0;  // non-zeros in the chunks before this one
+    for (long long c0 = 0; c0 < width; c0 += kWarp * VEC) {
+      const long long j0 = c0 + lane * VEC;
+      T v[VEC];
+      load_vec<T, VEC>(src, j0, width, v);
+      base += pack_chunk<T, VEC>(v, j0, base, lane, kModeOverflow, pair, col0, slots, nullptr,
+                                 nullptr, overflow_offset, overflow_indices, overflow_data);
+    }
+  }
 }
 
 // Canonical CSR (sorted, no duplicates, no zeros) -> TwELL. One warp per row; lane l takes

@@ -172,6 +172,24 @@ def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
             _assert_same_bits(default, rows, "default A @ B (not the mma bits) vs rows kernel")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_pack_launch_configuration_gives_the_same_bits(gpu, monkeypatch, rng, dtype):
+    # The dense pack kernel takes 1, 4 or 8 (row, tile) pairs per warp (PACK_PAIRS): the
+    # warps differ, the packed bits must not.
+    from twell import _kernels
+
+    x = _activations(rng, dtype)
+    got = {}
+    for pairs in _kernels.PACK_PAIRS_CHOICES:
+        monkeypatch.setattr(_kernels, "PACK_PAIRS", pairs)
+        gpu.poison()
+        a = twell.TwELLMatrix(gpu.asarray(x), tile_width=256, slots=3)
+        got[pairs] = _bits(gpu, {part: getattr(a, part) for part in PART_NAMES})
+    first = _kernels.PACK_PAIRS_CHOICES[0]
+    for pairs, bits in got.items():
+        _assert_same_bits(bits, got[first], f"PACK_PAIRS={pairs} vs {first}")
+
+
 def _same(got, want):
     return all(got[n][0] == want[n][0] and np.array_equal(got[n][1], want[n][1]) for n in got)
 

@@ -122,16 +122,22 @@ def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset, co
     if pairs == 0:
         return
     vec = _dense_vec(dense, tile_width)
+    ctype = _kernels.CTYPES[dense.dtype]
+    if mode == _MODE_OVERFLOW:
+        kernel = _kernels.function("pack.cu", f"twell_pack_dense_overflow<{ctype}, {vec}>")
+        # One warp per 32 consecutive (row, tile) pairs.
+        kernel(_blocks(-(-pairs // 32), _WARPS), (_BLOCK,), (
+            dense, _i64(m), _i64(k), _i32(tile_width), _i32(slots), totals, offset,
+            parts.overflow_indices, parts.overflow_data))
+        return
     # PACK_PAIRS (row, tile) pairs per warp when a tile fits in one warp-wide vector load
     # (their loads are all in flight at once), else one pair per warp looping over the tile.
     per_warp = _kernels.PACK_PAIRS if tile_width <= 32 * vec else 1
-    ctype = _kernels.CTYPES[dense.dtype]
     kernel = _kernels.function("pack.cu", f"twell_pack_dense<{ctype}, {vec}, {per_warp}>")
     # One warp per per_warp consecutive (row, tile) pairs.
     kernel(_blocks(-(-pairs // per_warp), _WARPS), (_BLOCK,), (
         dense, _i64(m), _i64(k), _i32(tile_width), _i32(slots), _i32(mode), totals,
-        parts.counts, parts.data, parts.indices, offset, parts.overflow_indices,
-        parts.overflow_data, counter))
+        parts.counts, parts.data, parts.indices, counter))
 
 
 def tile_counts_dense(dense, tile_width):

@@ -45,10 +45,14 @@ def _typed(kernel):
 PACK_PAIRS = 4
 
 
+#: Every PAIRS the dense pack kernel is compiled for (benchmarks compare them).
+PACK_PAIRS_CHOICES = (1, 4, 8)
+
+
 def _pack_dense():
-    """``twell_pack_dense<T, VEC, PAIRS>``: every vector width, one pair or PACK_PAIRS."""
+    """``twell_pack_dense<T, VEC, PAIRS>``: every vector width and PACK_PAIRS_CHOICES."""
     return [f"twell_pack_dense<{CTYPES[d]}, {v}, {p}>" for d in SUPPORTED_DTYPES
-            for v in (1, vector_width(d)) for p in (1, PACK_PAIRS)]
+            for v in (1, vector_width(d)) for p in PACK_PAIRS_CHOICES]
 
 
 #: 16-bit dtypes with a tensor-core SpMM.
@@ -60,7 +64,7 @@ MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 
 #: Every kernel instantiation, by source file.
 INSTANCES = {
-    "pack.cu": _pack_dense() + _typed("twell_pack_csr"),
+    "pack.cu": _pack_dense() + _vectored("twell_pack_dense_overflow") + _typed("twell_pack_csr"),
     "unpack.cu": (_vectored("twell_unpack_dense") + _typed("twell_scatter_csr")
                   + _typed("twell_slots_to_csr") + ["twell_layout_probe"]),
     "cast.cu": [f"twell_cast<{CTYPES[a]}, {CTYPES[b]}>" for a in SUPPORTED_DTYPES
