@@ -548,7 +548,7 @@ class TwELLMatrix:
         keep = _algorithms.is_nonzero(data)
         if not bool(keep.all()):  # host sync on the GPU
             rows = _algorithms.expand_indptr(indptr, indices.size)[keep]
-            indptr = _algorithms.exclusive_cumsum(self._xp.bincount(rows, minlength=self.shape[0]))
+            indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, self.shape[0]))
             indices, data = indices[keep], data[keep]
         src = _convert.CSR(indptr, indices, data, self.shape)
         return TwELLMatrix._from_parts(_pack(src, tile_width, slots), self.shape, tile_width)
