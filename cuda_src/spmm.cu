@@ -213,6 +213,9 @@ twell_block_records(const int* __restrict__ counts, const T* __restrict__ data,
   int* header = headers + segment * header_words(GB);
   if (r <= GB) header[1 + r] = padded_start[r];
   if (r == 0) header[0] = padded_start[GB];
+  // The consumer copies the header in whole 16-byte chunks: its padding words are written too
+  // (never used, but an unwritten word would be a read of uninitialised memory).
+  if (r >= GB + 2 && r < header_words(GB)) header[r] = 0;
   __syncthreads();
 
   const unsigned short* bits = reinterpret_cast<const unsigned short*>(data);
