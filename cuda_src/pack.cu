@@ -84,6 +84,33 @@ __device__ __forceinline__ int finish_pair(int total, int lane, int mode, long l
   return max(total - slots, 0);
 }
 
+// One (row, tile) pair of the dense matrix, any tile width: the warp steps through the tile
+// kWarp * VEC columns at a time, each chunk packed by pack_chunk in `mode` (the slot pointers
+// are unused in kModeOverflow, the overflow pointers outside it). Returns the pair's number of
+// non-zeros, the same in every lane. Every lane of the warp must call it.
+template <typename T, int VEC>
+__device__ __forceinline__ int pack_pair(const T* __restrict__ dense, long long n_cols,
+                                         long long tiles, int tile_width, int slots, int mode,
+                                         long long pair, int lane, T* __restrict__ data,
+                                         unsigned short* __restrict__ indices,
+                                         const long long* __restrict__ overflow_offset,
+                                         int* __restrict__ overflow_indices,
+                                         T* __restrict__ overflow_data) {
+  const long long row = pair / tiles;
+  const long long col0 = (pair - row * tiles) * tile_width;
+  const long long width = min(static_cast<long long>(tile_width), n_cols - col0);
+  const T* __restrict__ src = dense + row * n_cols + col0;
+  int base = 0;  // non-zeros in the chunks before this one
+  for (long long c0 = 0; c0 < width; c0 += kWarp * VEC) {
+    const long long j0 = c0 + lane * VEC;
+    T v[VEC];
+    load_vec<T, VEC>(src, j0, width, v);
+    base += pack_chunk<T, VEC>(v, j0, base, lane, mode, pair, col0, slots, data, indices,
+                               overflow_offset, overflow_indices, overflow_data);
+  }
+  return base;
+}
+
 // Dense (M, K) row-major -> TwELL, kModeCount and kModeSlots (kModeOverflow: the kernel
 // below). Lane l reads VEC consecutive columns per step (16-byte loads when VEC > 1: the
 // launcher checks that K, T and the base pointer are multiples of 16 bytes).
@@ -114,19 +141,9 @@ __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, 
   int over = 0;  // entries past the slots in this warp's pairs (<= PAIRS * T)
   if constexpr (PAIRS == 1) {
     const long long pair = first;
-    const long long row = pair / tiles;
-    const long long col0 = (pair - row * tiles) * tile_width;
-    const long long width = min(static_cast<long long>(tile_width), n_cols - col0);
-    const T* __restrict__ src = dense + row * n_cols + col0;
-    int base = 0;  // non-zeros in the chunks before this one
-    for (long long c0 = 0; c0 < width; c0 += kWarp * VEC) {
-      const long long j0 = c0 + lane * VEC;
-      T v[VEC];
-      load_vec<T, VEC>(src, j0, width, v);
-      base += pack_chunk<T, VEC>(v, j0, base, lane, mode, pair, col0, slots, data, indices,
-                                 nullptr, nullptr, nullptr);
-    }
-    over = finish_pair<T>(base, lane, mode, pair, slots, totals, counts, data, indices);
+    const int total = pack_pair<T, VEC>(dense, n_cols, tiles, tile_width, slots, mode, pair, lane,
+                                        data, indices, nullptr, nullptr, nullptr);
+    over = finish_pair<T>(total, lane, mode, pair, slots, totals, counts, data, indices);
   } else {
     const long long row0 = first / tiles;
     const long long tile0 = first - row0 * tiles;
@@ -166,7 +183,7 @@ __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, 
 // Dense -> TwELL, kModeOverflow: the entries of rank >= S of the pairs with totals > S go to
 // the overflow. One warp per 32 consecutive (row, tile) pairs: lane l reads totals[first + l]
 // (one coalesced load), and the warp then packs the overflowing pairs among them one after the
-// other, stepping through each tile kWarp * VEC columns at a time. Overflowing pairs are few
+// other (pack_pair). Overflowing pairs are few
 // (the slots hold most entries), so the launch touches the totals, not the matrix, except
 // where it must: a warp per pair, as the slots pass has, spent most of its time starting warps
 // that had nothing to do.
@@ -187,19 +204,9 @@ __global__ void twell_pack_dense_overflow(const T* __restrict__ dense, long long
   if (first >= n_pairs) return;  // whole warp
   const bool overflows = first + lane < n_pairs && totals[first + lane] > slots;
   for (unsigned rest = __ballot_sync(kFullMask, overflows); rest != 0u; rest &= rest - 1u) {
-    const long long pair = first + (__ffs(rest) - 1);
-    const long long row = pair / tiles;
-    const long long col0 = (pair - row * tiles) * tile_width;
-    const long long width = min(static_cast<long long>(tile_width), n_cols - col0);
-    const T* __restrict__ src = dense + row * n_cols + col0;
-    int base = 0;  // non-zeros in the chunks before this one
-    for (long long c0 = 0; c0 < width; c0 += kWarp * VEC) {
-      const long long j0 = c0 + lane * VEC;
-      T v[VEC];
-      load_vec<T, VEC>(src, j0, width, v);
-      base += pack_chunk<T, VEC>(v, j0, base, lane, kModeOverflow, pair, col0, slots, nullptr,
-                                 nullptr, overflow_offset, overflow_indices, overflow_data);
-    }
+    pack_pair<T, VEC>(dense, n_cols, tiles, tile_width, slots, kModeOverflow,
+                      first + (__ffs(rest) - 1), lane, nullptr, nullptr, overflow_offset,
+                      overflow_indices, overflow_data);
   }
 }
 
