@@ -183,10 +183,9 @@ __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, 
 // Dense -> TwELL, kModeOverflow: the entries of rank >= S of the pairs with totals > S go to
 // the overflow. One warp per 32 consecutive (row, tile) pairs: lane l reads totals[first + l]
 // (one coalesced load), and the warp then packs the overflowing pairs among them one after the
-// other (pack_pair). Overflowing pairs are few
-// (the slots hold most entries), so the launch touches the totals, not the matrix, except
-// where it must: a warp per pair, as the slots pass has, spent most of its time starting warps
-// that had nothing to do.
+// other (pack_pair). Overflowing pairs are few (the slots hold most entries), so the launch
+// touches the totals, not the matrix, except where it must: a warp per pair, as the slots
+// pass has, spent most of its time starting warps that had nothing to do.
 // Grid: ceil(ceil(M * n_tiles / kWarp) / warps per block) blocks of whole warps.
 template <typename T, int VEC>
 __global__ void twell_pack_dense_overflow(const T* __restrict__ dense, long long n_rows,
