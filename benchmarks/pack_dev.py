@@ -45,6 +45,8 @@ def slots_pass():
 gb._launch_pack_dense(z, 256, s, gb._MODE_SLOTS, totals, parts, parts.overflow_indptr, counter)
 over = gb._with_overflow(parts, gb._overflow_offsets(totals, s), max(a.overflow_nnz, 1), nt)
 real_offset = gb._overflow_offsets(totals, s)
+
+
 def slots_pass_pairs(pairs):
     saved, _kernels.PACK_PAIRS = _kernels.PACK_PAIRS, pairs
     try:
@@ -61,9 +63,9 @@ stages = {
     "count pass (kernel)": (lambda: gb.tile_counts_dense(z, 256), z.nbytes),
     "overflow size (sync)": (lambda: gb._overflow_size(counter), 0),
     "overflow offsets (cumsum)": (lambda: gb._overflow_offsets(totals, s), 0),
-    "cumsum, out= (old offsets)": (lambda: cupy.cumsum(totals.reshape(-1), out=cupy.empty(
+    "cumsum into out= (offsets)": (lambda: cupy.cumsum(totals.reshape(-1), out=cupy.empty(
         totals.size, dtype=np.int64)), 0),
-    "cumsum, no out= (new)": (lambda: cupy.cumsum(totals.reshape(-1), dtype=np.int64), 0),
+    "cumsum into a new array": (lambda: cupy.cumsum(totals.reshape(-1), dtype=np.int64), 0),
     "overflow pass (kernel)": (lambda: gb._launch_pack_dense(
         z, 256, s, gb._MODE_OVERFLOW, totals, over, real_offset, counter), 0),
     "pack_dense (launcher)": (lambda: gb.pack_dense(z, 256, s), z.nbytes),
