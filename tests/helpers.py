@@ -5,6 +5,9 @@ public storage arrays with plain NumPy, and sparse references come from
 scipy.sparse.
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -13,6 +16,17 @@ import twell
 
 GPU_SKIP_REASON = "CuPy with a CUDA GPU is not available"
 
+
+
+def run_python(code):
+    """Run ``code`` in a fresh interpreter (a clean ``sys.modules``); its stdout, stripped.
+
+    Fails the test, with the child's stderr, if the child exits with an error.
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
 
 def gpu_test(test):

@@ -2,12 +2,10 @@
 and the CUDA sources the loader compiles."""
 
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import GPU_SKIP_REASON, gpu_test
+from helpers import GPU_SKIP_REASON, gpu_test, run_python
 
 import twell
 from twell import _backend, _kernels
@@ -27,10 +25,7 @@ def test_import_without_cupy():
         "assert (a @ np.ones(3)).tolist() == [1.0, 1.0, 1.0]\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert run_python(code) == "ok"
 
 
 def test_numpy_arrays_choose_numpy():

@@ -9,8 +9,6 @@ with ``dense_from_parts``. Zero copy is checked on pointers: ``tensor.data_ptr()
 NumPy with CPU tensors and CuPy with CUDA tensors.
 """
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -27,6 +25,7 @@ from helpers import (
     cast,
     dense_from_parts,
     rel_err,
+    run_python,
 )
 from hypothesis import given
 from strategies import cases, edge_examples
@@ -124,10 +123,7 @@ def sync(backend):
 
 def test_twell_does_not_import_torch():
     code = "import sys, twell\nassert 'torch' not in sys.modules\nprint('ok')\n"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert run_python(code) == "ok"
 
 
 def test_without_torch_twell_works_and_the_torch_functions_say_why_not():
@@ -147,10 +143,7 @@ def test_without_torch_twell_works_and_the_torch_functions_say_why_not():
         "        raise SystemExit('no ImportError')\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert run_python(code) == "ok"
 
 
 # -- from_torch_array: tensor -> array --------------------------------------------------------
