@@ -72,6 +72,8 @@ def _operations(inputs, dtype, tile_width, slots):
         for b in rhs:
             out[f"{name} @ B{b.shape}"] = a @ b
         out[f"{name} @ v"] = a @ v
+        for axis in (0, 1):  # float sums: an atomic histogram would change their last bits
+            out[f"{name}.sum(axis={axis})"] = a.sum(axis=axis)
     return out
 
 

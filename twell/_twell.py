@@ -638,18 +638,20 @@ class TwELLMatrix:
 
         Accumulates in float64, returns the matrix dtype (as
         ``scipy.sparse`` arrays do, it returns 1-D arrays, not matrices).
+        Deterministic on both backends: row sums are the product with a float64 vector of
+        ones (one warp per row on the GPU, a fixed order), column sums the same on the
+        transpose. A histogram with float weights (``bincount``) would add with atomics,
+        whose order, and so whose last bits, vary from run to run on a GPU.
         """
         xp = self._xp
         if axis not in (None, 0, 1, -1, -2):
             raise ValueError(f"axis must be None, 0 or 1; got axis={axis!r}")
-        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         cast = _backend_of(xp).cast  # CuPy's own casts flush float32 subnormals
-        vals = cast(vals, np.float64)
         if axis is None:
-            return cast(vals.sum().reshape(1), self.dtype).reshape(())[()]
-        axis %= 2
-        key, n = (cols, self.shape[1]) if axis == 0 else (rows, self.shape[0])
-        return cast(xp.bincount(key, weights=vals, minlength=n), self.dtype)
+            _, _, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
+            return cast(cast(vals, np.float64).sum().reshape(1), self.dtype).reshape(())[()]
+        a = self if axis % 2 == 1 else self.transpose()
+        return cast(_matmul(a, xp.ones(a.shape[1], dtype=np.float64)), self.dtype)
 
 
 def _is_array(x):
