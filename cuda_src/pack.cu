@@ -14,75 +14,9 @@
 // packing is deterministic and canonical. The one atomic, on the n_overflow counter, adds
 // integers, so its total is deterministic too.
 #include "twell_layout.cuh"
+#include "pack_warp.cuh"
 
 using namespace twell;
-
-// v[i] for a run-time i < VEC: a chain of selects, so that v stays in registers (an indexed
-// read of a register array would put it in local memory).
-template <typename T, int VEC>
-__device__ __forceinline__ T pick(const T (&v)[VEC], int i) {
-  T out = v[0];
-#pragma unroll
-  for (int k = 1; k < VEC; ++k) out = k == i ? v[k] : out;
-  return out;
-}
-
-// One chunk of a (row, tile) of the dense kernel: lane l holds v = columns j0 .. j0 + VEC - 1
-// of the tile (zeros past its width) and `base` non-zeros precede the chunk. Writes the chunk's
-// slots (kModeSlots) or its entries of rank >= S (kModeOverflow); returns the chunk's number of
-// non-zeros, the same in every lane. Every lane of the warp must call it (warp shuffles).
-// The stores loop over the lane's non-zeros only: at the sparsities TwELL is for, most lanes
-// hold none and the warp takes one or two steps, where a loop over all VEC values took VEC
-// (the kernel was bound by instruction issue, not by memory).
-template <typename T, int VEC>
-__device__ __forceinline__ int pack_chunk(const T (&v)[VEC], long long j0, int base, int lane,
-                                          int mode, long long pair, long long col0, int slots,
-                                          T* __restrict__ data,
-                                          unsigned short* __restrict__ indices,
-                                          const long long* __restrict__ overflow_offset,
-                                          int* __restrict__ overflow_indices,
-                                          T* __restrict__ overflow_data) {
-  unsigned bits = 0;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) bits |= static_cast<unsigned>(is_nonzero(v[i])) << i;
-  const int n = __popc(bits);
-  if (mode == kModeCount) return __reduce_add_sync(kFullMask, n);  // no ranks needed
-  const int inclusive = warp_inclusive_scan(n, lane);
-  int rank = base + inclusive - n;
-  for (unsigned rest = bits; rest != 0u; rest &= rest - 1u, ++rank) {
-    const int i = __ffs(rest) - 1;
-    if (mode == kModeSlots) {
-      if (rank < slots) {
-        data[pair * slots + rank] = pick(v, i);
-        indices[pair * slots + rank] = static_cast<unsigned short>(j0 + i);
-      }
-    } else if (rank >= slots) {  // kModeOverflow
-      const long long o = overflow_offset[pair] + (rank - slots);
-      overflow_indices[o] = static_cast<int>(col0 + j0 + i);
-      overflow_data[o] = pick(v, i);
-    }
-  }
-  return __shfl_sync(kFullMask, inclusive, kWarp - 1);
-}
-
-// End of a (row, tile) with `total` non-zeros (kModeCount, kModeSlots): zero the slots past the
-// count, write counts and totals. Returns the pair's overflow max(total - S, 0).
-template <typename T>
-__device__ __forceinline__ int finish_pair(int total, int lane, int mode, long long pair,
-                                           int slots, int* __restrict__ totals,
-                                           int* __restrict__ counts, T* __restrict__ data,
-                                           unsigned short* __restrict__ indices) {
-  if (mode == kModeSlots) {
-    const int used = min(total, slots);
-    for (int s = used + lane; s < slots; s += kWarp) {
-      data[pair * slots + s] = Value<T>::zero();
-      indices[pair * slots + s] = 0;
-    }
-    if (lane == 0) counts[pair] = used;
-  }
-  if (lane == 0) totals[pair] = total;
-  return max(total - slots, 0);
-}
 
 // One (row, tile) pair of the dense matrix, any tile width: the warp steps through the tile
 // kWarp * VEC columns at a time, each chunk packed by pack_chunk in `mode` (the slot pointers
@@ -106,7 +40,8 @@ __device__ __forceinline__ int pack_pair(const T* __restrict__ dense, long long 
     T v[VEC];
     load_vec<T, VEC>(src, j0, width, v);
     base += pack_chunk<T, VEC>(v, j0, base, lane, mode, pair, col0, slots, data, indices,
-                               overflow_offset, overflow_indices, overflow_data);
+                               mode == kModeOverflow ? overflow_offset[pair] : 0,
+                               overflow_indices, overflow_data);
   }
   return base;
 }
@@ -170,7 +105,7 @@ __global__ void twell_pack_dense(const T* __restrict__ dense, long long n_rows, 
       const long long pair = first + q;
       if (live[q]) {  // whole warp
         const int total = pack_chunk<T, VEC>(v[q], j0, 0, lane, mode, pair, tile * tile_width,
-                                             slots, data, indices, nullptr, nullptr, nullptr);
+                                             slots, data, indices, 0, nullptr, nullptr);
         over += finish_pair<T>(total, lane, mode, pair, slots, totals, counts, data, indices);
       }
       if (++tile == tiles) tile = 0;

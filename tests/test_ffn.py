@@ -109,3 +109,108 @@ def test_plain_ffn_needs_no_gate_weight():
     got = sparse_ffn(x, None, np.array([[1.0, 0], [0, -1.0]]), np.eye(2), gated=False)
     np.testing.assert_array_equal(got, [[1.0, 0.0], [0.0, 0.0]])
     assert isinstance(twell.TwELLMatrix(x), twell.TwELLMatrix)
+
+
+# -- the fused GPU kernel (cuda_src/ffn.cu) ---------------------------------------------------
+
+HALF = [pytest.param(F16, id="f16"), pytest.param(BF16, id="bf16")]
+
+#: 300 rows: a partial 128-row block. 777 outputs: a partial 256-column block and a partial
+#: last tile for every tile width. K = 72: a partial last 32-deep step of the pipeline.
+FUSED_SHAPE = (300, 72, 777)
+
+
+def _fused(gpu, rng, dtype, shape=FUSED_SHAPE, bias=1.0, edit=None):
+    """Device x, w for which the fused kernel runs; ~16% of the outputs positive at bias 1.
+
+    ``edit(x)`` changes the host x before the copy to the device.
+    """
+    from twell import _cupy_backend
+
+    m, k, n = shape
+    x, w, _, _ = _weights(rng, m, k, n, bias, dtype)
+    if edit is not None:
+        edit(x)
+    x, w = gpu.asarray(x), gpu.asarray(w)
+    assert _cupy_backend.matmul_pack_supported(x, w, 256)
+    return x, w
+
+
+def _assert_same_parts(a, b, what):
+    for name in ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+                 "overflow_data"):
+        got, want = getattr(a, name), getattr(b, name)
+        assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {name}"
+        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+        np.testing.assert_array_equal(got.view(bits).get(), want.view(bits).get(),
+                                      err_msg=f"{what}: {name}")
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("tile_width", [8, 64, 256])
+@pytest.mark.parametrize("slots", [1, 5, "auto"])
+def test_fused_matmul_to_twell(gpu, rng, dtype, tile_width, slots):
+    x, w = _fused(gpu, rng, dtype)
+    gpu.poison()
+    a = matmul_to_twell(x, w, tile_width=tile_width, slots=slots)
+    a.validate()
+    assert a.shape == (x.shape[0], w.shape[0]) and a.dtype == dtype
+    if slots == 1:
+        assert a.overflow_nnz > 0  # the spill and its move to the overflow ran
+    # Canonical storage: packing the result's own dense form gives the same bits, so every
+    # entry is in its slot or overflow place, in column order, and the unused slots are zero.
+    again = twell.TwELLMatrix(a.toarray(), tile_width=tile_width, slots=a.slots)
+    _assert_same_parts(a, again, "fused vs dense pack of its own values")
+    x64, w64 = _f64(x.get()), _f64(w.get())
+    want = np.maximum(x64 @ w64.T, 0)
+    scale = np.linalg.norm(np.abs(x64) @ np.abs(w64).T)
+    assert np.linalg.norm(_f64(a.toarray().get()) - want) <= MATMUL_RTOL[dtype] * scale
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_fused_spill_too_small_reruns_losslessly(gpu, rng, dtype):
+    # A spill buffer of one entry: the kernel counts what it needed and runs again with that
+    # much room; the result has the bits of a run whose buffer was large enough.
+    from twell import _cupy_backend
+
+    x, w = _fused(gpu, rng, dtype)
+    roomy = _cupy_backend.matmul_pack(x, w, 64, 2)
+    assert roomy.overflow_data.size > 1
+    gpu.poison()
+    tight = _cupy_backend.matmul_pack(x, w, 64, 2, spill_capacity=1)
+    shape = (x.shape[0], w.shape[0])
+    _assert_same_parts(twell.TwELLMatrix._from_parts(tight, shape, 64),
+                       twell.TwELLMatrix._from_parts(roomy, shape, 64), "spill 1 vs default")
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_fused_keeps_nan_and_inf(gpu, rng, dtype):
+    # ReLU keeps NaN and +Inf (numpy.maximum(z, 0) does); columns past N, whose inputs are
+    # zero-filled, must not turn into stored NaN (0 * Inf) in the last block.
+    def edit(x):
+        x[5, 3] = np.inf
+        x[7, :] = np.nan
+
+    x, w = _fused(gpu, rng, dtype, edit=edit)
+    a = matmul_to_twell(x, w, slots=4)
+    a.validate()
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = np.maximum(_f64(x.get()) @ _f64(w.get()).T, 0)
+    got = _f64(a.toarray().get())
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert np.isinf(got[5]).any() and np.isnan(got[7]).all()
+
+
+def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
+    # Issue 4's shape: K = 4096, N = 11008, M = 1000 (none a multiple of the reference's
+    # blocks); relative error within bf16 rounding against a float64 product.
+    from twell._cupy_backend import cast
+
+    cupy = gpu.xp
+    x, w = _fused(gpu, rng, BF16, shape=(1000, 4096, 11008), bias=2.3)
+    a = matmul_to_twell(x, w)
+    assert 0.005 < a.nnz / (1000 * 11008) < 0.05  # about 99% sparse, as in a ReLU FFN
+    want = cupy.maximum(cast(x, np.float64) @ cast(w, np.float64).T, 0)
+    got = cast(a.toarray(), np.float64)
+    assert float(cupy.linalg.norm(got - want) / cupy.linalg.norm(want)) <= 1e-2

@@ -400,3 +400,76 @@ def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
         headers, records, parts.overflow_indptr, parts.overflow_indices, parts.overflow_data,
         _i64(m), _i64(k), _i32(tile_width), _i32(parts.data.shape[2]), b, _i64(n), gate, out),
         shared_mem=smem)
+
+
+# -- relu(x @ w.T) -> TwELL (fused) --------------------------------------------
+
+#: Block tile of twell_matmul_pack (rows, columns) and its dynamic shared memory in bytes
+#: (4 pipeline stages of a 128 x 32 and a 256 x 32 tile of 16-bit values).
+_MATMUL_TILE = (128, 256)
+_MATMUL_SMEM = 4 * (128 + 256) * 32 * 2
+
+#: Spill buffer of twell_matmul_pack, in entries: one per _SPILL_SHARE outputs (plus a floor).
+#: Enough when the slots hold all but a few percent of ~10% non-zeros; when it is not, the
+#: launcher reruns the kernel with exactly the room the first run counted.
+_SPILL_SHARE = 64
+_SPILL_FLOOR = 4096
+
+
+def matmul_pack_supported(x, w, tile_width):
+    """Whether twell_matmul_pack computes ``relu(x @ w.T)`` for these operands.
+
+    Both float16 or both bfloat16, C-contiguous and 16-byte aligned, ``K % 8 == 0`` (whole
+    16-byte chunks of each row) and a tile width in {8, 16, ..., 256} (a divisor of the
+    kernel's 256 columns, so that a (row, tile) pair never spans two blocks).
+    """
+    return (x.dtype == w.dtype and x.dtype in _kernels.HALF_DTYPES and x.shape[1] % 8 == 0
+            and 8 <= tile_width <= _MATMUL_TILE[1] and _MATMUL_TILE[1] % tile_width == 0
+            and x.flags.c_contiguous and w.flags.c_contiguous and _aligned(x, w))
+
+
+def matmul_pack(x, w, tile_width, slots, spill_capacity=None):
+    """``relu(x @ w.T)`` packed into TwELL parts by ``twell_matmul_pack`` (fused).
+
+    The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
+    round once to the inputs' dtype; the dense product is never written to global memory.
+    Synchronises once with the host (the overflow size), twice when the spill buffer
+    (``spill_capacity`` entries; private, for tests) was too small and the kernel reruns.
+    """
+    m, k = x.shape
+    n = w.shape[0]
+    nt = _layout.n_tiles(n, tile_width)
+    parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty)
+    if m * nt == 0:
+        return parts
+    totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
+    spill_start = cupy.empty((m, nt), dtype=np.int64)
+    if spill_capacity is None:
+        spill_capacity = m * n // _SPILL_SHARE + _SPILL_FLOOR
+    kernel = _kernels.function("ffn.cu", _expr("twell_matmul_pack", x.dtype))
+    kernel.max_dynamic_shared_size_bytes = _MATMUL_SMEM
+    bm, bn = _MATMUL_TILE
+    # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
+    grid = (-(-m // bm) * -(-n // bn),)
+    while True:
+        counter = _overflow_counter()
+        spill_indices = cupy.empty(spill_capacity, dtype=_layout.OVERFLOW_INDEX_DTYPE)
+        spill_data = cupy.empty(spill_capacity, dtype=x.dtype)
+        kernel(grid, (256,), (
+            x, w, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots), totals,
+            parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
+            _i64(spill_capacity), counter), shared_mem=_MATMUL_SMEM)
+        n_over = _overflow_size(counter)
+        if n_over <= spill_capacity:
+            break
+        spill_capacity = n_over  # the same product spills exactly this much again
+    if n_over == 0:
+        return parts
+    offset = _overflow_offsets(totals, slots)
+    parts = _with_overflow(parts, offset, n_over, nt)
+    move = _kernels.function("ffn.cu", _expr("twell_spill_to_overflow", x.dtype))
+    # One warp per 32 consecutive (row, tile) pairs.
+    move(_blocks(-(-m * nt // 32), _WARPS), (_BLOCK,), (
+        totals, _i64(m * nt), _i32(slots), spill_start, spill_indices, spill_data, offset,
+        parts.overflow_indices, parts.overflow_data))
+    return parts

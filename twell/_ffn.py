@@ -4,19 +4,30 @@ The paper's use case (ReLU-sparse feed-forward layers): ``relu(x @ w.T)`` is pac
 as it is produced, and the gated FFN computes the up projection only where the gate is
 non-zero. Weights follow PyTorch's ``nn.Linear`` layout: ``(out_features, in_features)``.
 
-These functions are written once over the array module of their inputs. Today they compose
-the library's own pieces (a dense product, the activation, the packing kernel, the SpMM); the
-fused GPU kernels that skip the dense intermediate are future work (issue 4).
+These functions are written once over the array module of their inputs. On the GPU,
+``matmul_to_twell`` runs one fused kernel for 16-bit inputs (``cuda_src/ffn.cu``: the GEMM
+packs its own output); elsewhere it composes the library's pieces (a dense product, the
+activation, the packing kernel), as ``sparse_ffn`` does for its up and down projections.
 """
 
 import numpy as np
 
 from . import _algorithms, _backend, _convert, _layout
-from ._twell import TwELLMatrix, _matmul, _pack
-from ._validation import accumulator_dtype, result_dtype, value_dtype
+from ._twell import TwELLMatrix, _auto_slots, _matmul, _pack
+from ._validation import (
+    accumulator_dtype,
+    check_slots,
+    check_storage,
+    check_tile_width,
+    result_dtype,
+    value_dtype,
+)
 
 #: Activations whose zeros make the output sparse.
 ACTIVATIONS = ("relu",)
+
+#: Rows of the product that choose ``slots="auto"``: about this many, evenly spaced.
+_SAMPLE_ROWS = 1024
 
 # Bound on the temporary (entries x d_model) block of the gated up projection, in elements.
 _UP_CHUNK = 1 << 22
@@ -59,9 +70,15 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     w : ndarray, shape (N, K)
         Weights in ``nn.Linear`` layout (``out_features, in_features``).
     activation : {"relu"}
-        Applied before packing; its zeros are not stored.
-    tile_width, slots
+        Applied before packing; its zeros are not stored. ReLU keeps NaN, as
+        ``numpy.maximum(z, 0)`` does.
+    tile_width : int
         As for :class:`TwELLMatrix`.
+    slots : int or "auto"
+        As for :class:`TwELLMatrix`, except that ``"auto"`` looks at a sample of the
+        product: at most 1024 evenly spaced rows (every row when M <= 1024), so that the
+        fused GPU kernel never needs the whole product to choose. Entries past the slots go
+        to the overflow, so the result is exact whatever the choice.
 
     Returns
     -------
@@ -72,14 +89,17 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     Raises
     ------
     ValueError
-        When ``w`` is not ``(N, K)`` (a transposed weight is named as such) or the activation
-        is unknown.
+        When ``w`` is not ``(N, K)`` (a transposed weight is named as such), the activation
+        is unknown, or ``tile_width``/``slots`` are invalid.
 
     Notes
     -----
-    This version computes the dense product, applies the activation and packs it; the fused
-    GPU kernel that packs in the GEMM's epilogue, never writing the dense intermediate, is
-    future work.
+    On the GPU, for float16 or bfloat16 ``x`` and ``w`` of one dtype, C-contiguous,
+    ``K % 8 == 0`` and a tile width in {8, 16, ..., 256}, one kernel computes the product on
+    tensor cores and packs it in its epilogue: the dense ``(M, N)`` product is never written
+    to memory (``cuda_src/ffn.cu``). It synchronises with the host once, to size the
+    overflow. Every other case (and the NumPy backend) computes the dense product in the
+    accumulation dtype, applies the activation and packs it.
 
     Examples
     --------
@@ -98,10 +118,33 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
             f"w must have nn.Linear's shape (N, K) with K = x.shape[1] = {k}; got "
             f"w.shape={w.shape}" + (" (transposed?)" if w.shape[0] == k else "")
         )
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}; got activation={activation!r}")
+    tile_width = check_tile_width(tile_width)
+    slots = check_slots(slots, tile_width)
     out = result_dtype(x.dtype, w.dtype)
+    be = _backend.backend(xp)
+    shape = (m, w.shape[0])
+    # Every _SAMPLE_ROWS-th row, at most about _SAMPLE_ROWS of them, chooses slots="auto".
+    step = max(1, -(-m // _SAMPLE_ROWS))
+    if be.matmul_pack_supported(x, w, tile_width):
+        if slots == "auto":
+            sample = _activate(be.cast(xp.matmul(x[::step], w.T), out), activation)
+            slots = _sample_slots(be, sample, tile_width)
+        check_storage(shape, tile_width, slots)
+        return TwELLMatrix._from_parts(be.matmul_pack(x, w, tile_width, slots), shape,
+                                       tile_width)
     acc = accumulator_dtype(out)
-    z = _activate(xp.matmul(x.astype(acc), w.astype(acc).T), activation)
-    return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots, dtype=out)
+    z = be.cast(_activate(xp.matmul(be.cast(x, acc), be.cast(w, acc).T), activation), out)
+    if slots == "auto":
+        slots = _sample_slots(be, z[::step], tile_width)
+    return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
+
+
+def _sample_slots(be, sample, tile_width):
+    """``slots="auto"`` from the activated product's sampled rows (one host sync on a GPU)."""
+    sample = _backend.array_module(sample).ascontiguousarray(sample)  # the kernel reads rows
+    return _auto_slots(be.tile_counts_dense(sample, tile_width), tile_width)
 
 
 def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",

@@ -74,6 +74,8 @@ INSTANCES = {
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
                    for w, g, st in MMA_SHAPES]),
+    "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
+               + _typed("twell_spill_to_overflow")),
 }
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
@@ -95,21 +97,29 @@ def source_dir():
 
 
 def source_text(name):
-    """Source of ``name`` with the shared header inlined and ``#line`` directives kept.
+    """Source of ``name`` with its ``cuda_src`` headers inlined and ``#line`` directives kept.
 
-    CuPy's cache keys on the source text, not on included files, so the
-    header is pasted in; ``#line`` makes compiler messages name the real file
-    and line.
+    CuPy's cache keys on the source text, not on included files, so every
+    ``#include "X.cuh"`` of a header in ``cuda_src`` is pasted in (each header once, as
+    its ``#pragma once`` asks); ``#line`` makes compiler messages name the real file and line.
     """
     folder = source_dir()
-    header = (folder / HEADER).read_text()
     out = []
-    for number, line in enumerate((folder / name).read_text().splitlines(), start=1):
-        if line.strip() == f'#include "{HEADER}"':
-            out += [f'#line 1 "{HEADER}"', header, f'#line {number + 1} "{name}"']
-        else:
-            out.append(line)
+    _inline(folder, name, out, set())
     return "\n".join(out) + "\n"
+
+
+def _inline(folder, name, out, seen):
+    for number, line in enumerate((folder / name).read_text().splitlines(), start=1):
+        words = line.split()
+        header = words[1].strip('"') if words[:1] == ["#include"] and len(words) == 2 else None
+        if header is None or not (folder / header).is_file():
+            out.append(line)
+        elif header not in seen:
+            seen.add(header)
+            out.append(f'#line 1 "{header}"')
+            _inline(folder, header, out, seen)
+            out.append(f'#line {number + 1} "{name}"')
 
 
 @functools.cache

@@ -103,3 +103,9 @@ def spmm(parts, shape, tile_width, b, out_dtype):
         hi = lo + step
         np.add.at(out, rows[lo:hi], vals[lo:hi, None].astype(acc) * b[cols[lo:hi]].astype(acc))
     return out.astype(out_dtype, copy=False)
+
+
+def matmul_pack_supported(x, w, tile_width):
+    """The host has no fused GEMM -> TwELL: ``matmul_to_twell`` composes the product,
+    the activation and :func:`pack_dense`."""
+    return False

@@ -1,0 +1,72 @@
+"""Fused GEMM -> TwELL development bench: twell_matmul_pack against its composed parts.
+
+One process, the same inputs for every contender, CUDA events after warm-up, median. The
+paper's up projection: x (M = 16384, D = 2048), w (H = 5632, D), bf16, sparsity set by the
+bias-column trick. Prints one line per contender with its TFLOP/s (2 M D H flops).
+Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/ffn_dev.py
+"""
+
+import argparse
+import functools
+
+import _dev
+import cupy
+import numpy as np
+from scipy.special import ndtri
+
+import twell
+from twell import _cupy_backend as gb
+
+p = argparse.ArgumentParser()
+p.add_argument("--m", type=int, default=16384)
+p.add_argument("--d", type=int, default=2048)
+p.add_argument("--h", type=int, default=5632)
+p.add_argument("--sparsities", default="0.99,0.95,0.9")
+p.add_argument("--reps", type=int, default=20)
+args = p.parse_args()
+timed = functools.partial(_dev.timed, reps=args.reps)
+flops = 2 * args.m * args.d * args.h
+
+rng = np.random.default_rng(0)
+x = cupy.asarray(rng.standard_normal((args.m, args.d), dtype=np.float32))
+x[:, 0] = 1.0
+x = x.astype(twell.bfloat16)
+w0 = cupy.asarray(rng.standard_normal((args.h, args.d), dtype=np.float32)) / np.sqrt(args.d)
+card = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+print(f"M={args.m} D={args.d} H={args.h} bf16, {card}")
+
+
+def contenders(w, smax):
+    """``{name: callable}``: every way to get relu(x @ w.T), dense or in TwELL."""
+    return {
+        "cupy.matmul (GEMM alone)": lambda: x @ w.T,
+        "cupy.matmul + relu": lambda: cupy.maximum(x @ w.T, 0),
+        f"matmul + relu + TwELL pack, S={smax}":
+            lambda: twell.TwELLMatrix(cupy.maximum(x @ w.T, 0), slots=smax),
+        "matmul + relu + TwELL pack, auto":
+            lambda: twell.TwELLMatrix(cupy.maximum(x @ w.T, 0)),
+        f"twell.matmul_to_twell fused, S={smax}":
+            lambda: twell.matmul_to_twell(x, w, slots=smax),
+        f"twell.matmul_to_twell fused, S={max(smax // 2, 1)} (overflow)":
+            lambda: twell.matmul_to_twell(x, w, slots=max(smax // 2, 1)),
+        "twell.matmul_to_twell fused, auto": lambda: twell.matmul_to_twell(x, w),
+        f"kernel alone (gb.matmul_pack), S={smax}": lambda: gb.matmul_pack(x, w, 256, smax),
+    }
+
+
+print(f"{'sparsity':>8} {'contender':<40} {'ms':>8} {'TFLOP/s':>8}")
+for s in map(float, args.sparsities.split(",")):
+    w = w0.copy()
+    w[:, 0] = -ndtri(s)
+    w = w.astype(twell.bfloat16)
+    ref = twell.TwELLMatrix(cupy.maximum(x @ w.T, 0))
+    smax = int(ref.tile_nnz().max())
+    fused = twell.matmul_to_twell(x, w, slots=smax)
+    rows = contenders(w, smax)
+    err = float(cupy.abs(fused.toarray().astype(np.float32)
+                         - ref.toarray().astype(np.float32)).max())
+    print(f"# sparsity {s}: density {ref.nnz / ref.shape[0] / ref.shape[1]:.4f}, max tile {smax}, "
+          f"fused vs cuBLAS max |diff| {err:.3g}, fused nnz {fused.nnz} vs {ref.nnz}")
+    for name, fn in rows.items():
+        t = timed(fn)
+        print(f"{s:>8} {name:<40} {t:8.3f} {flops / t / 1e9:8.1f}", flush=True)

@@ -1,0 +1,280 @@
+// ffn.cu: the feed-forward kernels. twell_matmul_pack computes relu(x @ w^T) on tensor cores
+// and packs each block of its output into TwELL in the epilogue, so the dense M x N product is
+// never written to global memory; twell_spill_to_overflow then moves the entries past the slots
+// into the CSR overflow.
+//
+// The GEMM (mma.sync m16n8k16, 16-bit inputs, fp32 accumulation; sm_80+):
+//   block tile 128 x 256 x 32, 8 warps as 2 x 4, each 64 x 64 (128 fp32 accumulators a thread);
+//   a 4-stage cp.async pipeline; shared-memory rows of 32 values (64 bytes) with their four
+//   16-byte chunks XOR-swizzled by (row / 2) % 4, which makes every ldmatrix phase and every
+//   cp.async store touch 8 distinct 16-byte bank groups; rows past M or N and chunks past K
+//   are zero-filled by cp.async (K % 8 == 0: a chunk is wholly inside or outside).
+// The epilogue:
+//   each warp rounds relu(acc) once to T and stages it in shared memory (pitch 256 + 8 values:
+//   conflict-free fragment stores); then each warp packs 16 rows, one (row, tile) pair at a
+//   time, through pack_chunk (pack_warp.cuh): the slots, counts and totals as the dense pack
+//   kernel writes them. A pair with more than S non-zeros reserves room for its extra entries
+//   in a spill buffer (an integer atomicAdd: where they land varies, what lands does not) and
+//   writes them there in column order with their global columns; spill_start[pair] records
+//   where. The tile width divides 256 (a pair never spans two blocks) and is at least 8.
+// twell_spill_to_overflow copies each pair's spilled run to its place in the overflow (an
+// exclusive prefix sum of max(total - S, 0) over pairs): the overflow, like the slots, is the
+// same bits on every run. When the spill buffer was too small (spill_used > capacity) the
+// launcher reruns the GEMM with a buffer of exactly spill_used entries: nothing is dropped.
+#include "twell_layout.cuh"
+#include "pack_warp.cuh"
+
+using namespace twell;
+
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 32, kStages = 4;
+constexpr int kThreads = 256;          // 8 warps: 2 along M x 4 along N
+constexpr int kWM = 64, kWN = 64;      // warp tile
+constexpr int kMI = kWM / 16, kNI = kWN / 8;  // mma tiles per warp: 4 x 8
+constexpr int kPitch = kBN + 8;        // staging row pitch (values): +16 bytes per row
+constexpr int kAStage = kBM * kBK, kBStage = kBN * kBK;  // values per stage
+constexpr int kVec = 8;                // 16-bit values per 16-byte chunk
+
+// Offset (values) of 16-byte chunk `chunk` (0..3) of row `row` in a [rows][kBK] stage tile.
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kBK + ((chunk ^ ((row >> 1) & 3)) * kVec);
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read then).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+template <typename T> struct Mma;
+
+template <> struct Mma<__nv_bfloat16> {
+  __device__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+  __device__ static unsigned pack2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+  }
+};
+
+template <> struct Mma<__half> {
+  __device__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+  __device__ static unsigned pack2(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+  }
+};
+
+// ReLU that keeps NaN (as NumPy's maximum(z, 0) does): only values below zero become zero.
+__device__ __forceinline__ float relu(float v) { return v < 0.0f ? 0.0f : v; }
+
+}  // namespace
+
+// act(x @ w^T) -> TwELL slots, counts, totals and the spill (see the top of the file).
+//   x (M, K) and w (N, K) row-major T, K % 8 == 0, 16-byte aligned; tile_width in
+//   {8, 16, ..., 256}; counts, totals (M, n_tiles) int; data, indices (M, n_tiles, S);
+//   spill_start (M, n_tiles) (written only for pairs with total > S); *spill_used zeroed by the
+//   launcher, holds sum over pairs of max(total - S, 0) afterwards.
+// Grid: ceil(M / 128) * ceil(N / 256) blocks of 256 threads, column blocks varying fastest
+// (the blocks running together share x's rows; w stays in L2); dynamic shared memory
+// kStages * (kAStage + kBStage) * sizeof(T) bytes.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_rows,
+                  long long n_cols, long long depth, int tile_width, int slots,
+                  int* __restrict__ totals, int* __restrict__ counts, T* __restrict__ data,
+                  unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
+                  int* __restrict__ spill_indices, T* __restrict__ spill_data,
+                  long long spill_capacity, unsigned long long* __restrict__ spill_used) {
+  static_assert(sizeof(T) == 2, "16-bit inputs");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* const smem = reinterpret_cast<T*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
+  const int wm = warp / (kBN / kWN), wn = warp % (kBN / kWN);
+  const long long col_blocks = (n_cols + kBN - 1) / kBN;
+  const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
+  const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
+  const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
+
+  auto load_stage = [&](int stage, int kt) {
+    T* const a_s = smem + stage * (kAStage + kBStage);
+    T* const b_s = a_s + kAStage;
+    const long long k0 = static_cast<long long>(kt) * kBK;
+#pragma unroll
+    for (int i = 0; i < kAStage / kVec / kThreads; ++i) {
+      const int id = tid + i * kThreads, row = id / 4, chunk = id % 4;
+      const long long r = m0 + row, k = k0 + chunk * kVec;
+      const bool ok = r < n_rows && k < depth;
+      cp_async16(a_s + swizzle(row, chunk), ok ? x + r * depth + k : x, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kBStage / kVec / kThreads; ++i) {
+      const int id = tid + i * kThreads, row = id / 4, chunk = id % 4;
+      const long long r = n0 + row, k = k0 + chunk * kVec;
+      const bool ok = r < n_cols && k < depth;
+      cp_async16(b_s + swizzle(row, chunk), ok ? w + r * depth + k : w, ok);
+    }
+  };
+
+  float acc[kMI][kNI][4];
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();  // empty groups too: the wait below counts groups
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<kStages - 2>();  // stage kt has landed (for this thread) ...
+    __syncthreads();               // ... for every thread; and stage kt - 1 is consumed
+    if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
+    cp_async_commit();
+    const T* const a_s = smem + (kt % kStages) * (kAStage + kBStage);
+    const T* const b_s = a_s + kAStage;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      unsigned a[kMI][4], b[kNI][2];
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) {
+        // Matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15): lane l gives row l % 16, chunk l / 16.
+        const int row = wm * kWM + mi * 16 + lane % 16;
+        ldmatrix_x4(a[mi], a_s + swizzle(row, kk * 2 + lane / 16));
+      }
+#pragma unroll
+      for (int nj = 0; nj < kNI / 2; ++nj) {
+        // Matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
+        const int q = lane / 8;
+        const int row = wn * kWN + nj * 16 + (q / 2) * 8 + lane % 8;
+        unsigned r[4];
+        ldmatrix_x4(r, b_s + swizzle(row, kk * 2 + q % 2));
+        b[2 * nj][0] = r[0];
+        b[2 * nj][1] = r[1];
+        b[2 * nj + 1][0] = r[2];
+        b[2 * nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni) Mma<T>::run(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the staging tile
+
+  // Stage act(acc), rounded once to T: accumulator (i, j) of mma tile (mi, ni) is row
+  // mi * 16 + lane / 4 + 8 * (i / 2), column ni * 8 + 2 * (lane % 4) + i % 2.
+  T* const stage = smem;
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = wm * kWM + mi * 16 + lane / 4 + 8 * h;
+        const int col = wn * kWN + ni * 8 + 2 * (lane % 4);
+        *reinterpret_cast<unsigned*>(stage + row * kPitch + col) =
+            Mma<T>::pack2(relu(acc[mi][ni][2 * h]), relu(acc[mi][ni][2 * h + 1]));
+      }
+  __syncthreads();
+
+  // Pack: warp w takes rows w, w + 8, ...; lane l holds columns 8l .. 8l + 7 of the block.
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long tile0 = n0 / tile_width;
+  const int lanes_per_tile = tile_width / kVec;
+  for (int r = warp; r < kBM; r += kThreads / kWarp) {
+    const long long row = m0 + r;
+    if (row >= n_rows) break;  // whole warp
+    const Vec<T, kVec> chunk = *reinterpret_cast<const Vec<T, kVec>*>(stage + r * kPitch + lane * kVec);
+    T v[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)  // columns past N hold act(0 * x), which may be NaN
+      v[i] = n0 + lane * kVec + i < n_cols ? chunk.v[i] : Value<T>::zero();
+    for (int t = 0; t < kBN / tile_width; ++t) {
+      const long long tile = tile0 + t;
+      if (tile >= tiles) break;  // whole warp
+      const bool mine = lane / lanes_per_tile == t;
+      T u[kVec];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) u[i] = mine ? v[i] : Value<T>::zero();
+      const long long pair = row * tiles + tile;
+      const long long col0 = tile * tile_width;
+      const int j0 = lane * kVec - t * tile_width;  // column in the tile (used when mine)
+      const int total = pack_chunk<T, kVec>(u, j0, 0, lane, kModeSlots, pair, col0, slots, data,
+                                            indices, 0, nullptr, nullptr);
+      finish_pair<T>(total, lane, kModeSlots, pair, slots, totals, counts, data, indices);
+      if (total > slots) {  // whole warp
+        unsigned long long start = 0;
+        if (lane == 0) start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
+        start = __shfl_sync(kFullMask, start, 0);
+        const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
+        if (lane == 0) spill_start[pair] = fits ? static_cast<long long>(start) : -1;
+        if (fits)
+          pack_chunk<T, kVec>(u, j0, 0, lane, kModeOverflow, pair, col0, slots, nullptr, nullptr,
+                              static_cast<long long>(start), spill_indices, spill_data);
+      }
+    }
+  }
+}
+
+// Spilled runs -> overflow: pair p's max(totals[p] - S, 0) entries move from spill_start[p] to
+// overflow_offset[p]. One warp per 32 consecutive pairs (lane l reads totals[first + l]); the
+// warp copies the runs of its overflowing pairs one after the other, lanes striding a run.
+// Grid: ceil(ceil(M * n_tiles / 32) / warps per block) blocks of whole warps.
+template <typename T>
+__global__ void twell_spill_to_overflow(const int* __restrict__ totals, long long n_pairs,
+                                        int slots, const long long* __restrict__ spill_start,
+                                        const int* __restrict__ spill_indices,
+                                        const T* __restrict__ spill_data,
+                                        const long long* __restrict__ overflow_offset,
+                                        int* __restrict__ overflow_indices,
+                                        T* __restrict__ overflow_data) {
+  const long long first =
+      (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp * kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (first >= n_pairs) return;  // whole warp
+  const int extra = first + lane < n_pairs ? max(totals[first + lane] - slots, 0) : 0;
+  for (unsigned rest = __ballot_sync(kFullMask, extra > 0); rest != 0u; rest &= rest - 1u) {
+    const int q = __ffs(rest) - 1;
+    const long long pair = first + q;
+    const int n = __shfl_sync(kFullMask, extra, q);
+    const long long src = spill_start[pair], dst = overflow_offset[pair];
+    for (int j = lane; j < n; j += kWarp) {
+      overflow_indices[dst + j] = spill_indices[src + j];
+      overflow_data[dst + j] = spill_data[src + j];
+    }
+  }
+}
