@@ -127,14 +127,16 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     shape = (m, w.shape[0])
     # Every _SAMPLE_ROWS-th row, at most about _SAMPLE_ROWS of them, chooses slots="auto".
     step = max(1, -(-m // _SAMPLE_ROWS))
+    acc = accumulator_dtype(out)
     if be.matmul_pack_supported(x, w, tile_width):
         if slots == "auto":
-            sample = _activate(be.cast(xp.matmul(x[::step], w.T), out), activation)
+            # The sample's product in the inputs' dtype (16-bit: its values, and so its zeros,
+            # are the rounded ones), activated in the accumulation dtype.
+            sample = _activate(be.cast(xp.matmul(x[::step], w.T), acc), activation)
             slots = _sample_slots(be, sample, tile_width)
         check_storage(shape, tile_width, slots)
         return TwELLMatrix._from_parts(be.matmul_pack(x, w, tile_width, slots), shape,
                                        tile_width)
-    acc = accumulator_dtype(out)
     z = be.cast(_activate(xp.matmul(be.cast(x, acc), be.cast(w, acc).T), activation), out)
     if slots == "auto":
         slots = _sample_slots(be, z[::step], tile_width)
