@@ -62,6 +62,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(REPO))
 
 import twell  # noqa: E402
+from twell import _layout  # noqa: E402
 
 # -- configuration ----------------------------------------------------------------
 
@@ -86,7 +87,8 @@ SCI_TILE_WIDTHS = (65536, 4096, 256)
 
 #: Column families of the printed table, in order.
 FAMILIES = ("dense", "cupyx", "torch", "ref")
-OPS = ("pack", "gemm+pack", "csr->twell", "twell->csr", "twell->dense", "spmm", "spmv")
+OPS = ("pack", "gemm+pack", "gated ffn", "csr->twell", "twell->csr", "twell->dense", "spmm",
+       "spmv")
 #: Conversions: each of their rows also gets its peak memory, from one more, untimed call.
 PEAK_OPS = ("pack", "csr->twell", "twell->csr", "twell->dense")
 WORKLOADS = ("ffn", "sweep", "hot", "sci")
@@ -528,6 +530,10 @@ class Reference:
         self.mod.matmul_t2d_out(packed, down, out, ext=self.ext)
         return out
 
+    def gated_t2d_out(self, x, packed, up, down, out):
+        self.mod.matmul_gated_t2d_out(x, packed, up, down, out, ext=self.ext)
+        return out
+
     @staticmethod
     def d2t_supports(m, n_model, k_hidden):
         ok = m % 256 == 0 and n_model % 64 == 0 and k_hidden % 256 == 0
@@ -855,6 +861,14 @@ def targets(rows):
                               (0.90, "torch", 2.0, "SpMM 90% bf16 vs cuSPARSE CSR (torch)")):
         out.append(_ratio_target(rows, name, thr, dict(workload="ffn", dtype="bf16",
                                                        sparsity=s, op="spmm"), fam))
+    for s, fam, thr, name in (
+            (0.99, "ref", 1.0, "D2T 99% bf16 vs reference D2T (no slower)"),
+            (0.99, "composed", 1.0, "D2T 99% bf16 vs cuBLAS GEMM + ReLU + twell pack"),
+            (0.99, "dense", 1.8, "gated FFN 99% bf16 vs dense (3 GEMMs)"),
+            (0.95, "dense", 1.0, "gated FFN 95% bf16 vs dense (3 GEMMs)")):
+        op = "gemm+pack" if name.startswith("D2T") else "gated ffn"
+        out.append(_ratio_target(rows, name, thr, dict(workload="ffn", dtype="bf16",
+                                                       sparsity=s, op=op), fam))
     where = dict(workload="ffn", dtype="bf16", sparsity=0.90, op="spmm")
     tw = _twell(rows, **where)
     out.append({"target": "SpMM 90% bf16 lossless (overflow kept)",
@@ -955,7 +969,8 @@ def table_lines(rows, cases):
     groups = {}
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
-    order = ("pack", "gemm+pack", "csr->twell", "twell->csr", "twell->dense", "spmv", "spmm")
+    order = ("pack", "gemm+pack", "gated ffn", "csr->twell", "twell->csr", "twell->dense", "spmv",
+             "spmm")
 
     def line(cells):
         return " ".join(f"{str(c):{a}{w}}"
@@ -1337,6 +1352,8 @@ def run_activation_case(bench, case, inp32, dtype, with_gemm, sweep=False):
     if with_gemm:  # relu(X @ W^T) -> sparse: the reference fuses it into its GEMM
         bench.guarded(case, "gemm+pack", lambda: run_gemm_pack(
             bench, case, inp32, dt, s_max, case.info["max_per_tile"], nb))
+        bench.guarded(case, "gated ffn", lambda: run_gated_ffn(
+            bench, case, inp32, dt, s_max, case.info["max_per_tile"], nb))
     bench.guarded(case, "csr->twell", csr_ops)
     bench.guarded(case, "twell->csr", tocsr_ops)
     bench.guarded(case, "twell->dense", todense_ops)
@@ -1422,9 +1439,88 @@ def run_gemm_pack(bench, case, inp32, dt, s_max, max_tile, nb):
                               lambda i, cf=cf, packed=packed: ref.d2t_out(tx[i], tw, packed[i], cf),
                               family="ref", nbuf=nb, check=lambda p, f=words_dense: chk(f(p)),
                               flops=flops)
-    bench.measure(case, "gemm+pack", "twell",
+    bench.measure(case, "gemm+pack", "cupy.matmul+relu+twell pack",
                   lambda i: twell.TwELLMatrix(relu(xp, matmul_same(xp, x[i], w.T)), slots=s_max),
-                  family="twell", variant=f"S={s_max}", nbuf=nb, check=chk, flops=flops)
+                  family="composed", variant=f"S={s_max}", nbuf=nb, check=chk, flops=flops)
+    # twell.matmul_to_twell: one fused kernel for 16-bit inputs on the GPU (the dense product
+    # never reaches memory), a composed product + pack elsewhere.
+    bench.measure(case, "gemm+pack", "twell.matmul_to_twell",
+                  lambda i: twell.matmul_to_twell(x[i], w), family="twell", variant="auto",
+                  nbuf=nb, check=chk, flops=flops)
+    bench.measure(case, "gemm+pack", "twell.matmul_to_twell",
+                  lambda i: twell.matmul_to_twell(x[i], w, slots=s_max), family="twell",
+                  variant=f"S={s_max}", nbuf=nb, check=chk, flops=flops)
+
+
+def run_gated_ffn(bench, case, inp32, dt, s_max, max_tile, nb):
+    """(relu(X Wg^T) * (X Wu^T)) Wd^T: twell.sparse_ffn vs the dense layer vs the reference.
+
+    Wg is the activation workload's W (its bias column sets the sparsity); Wu is random
+    normal; the down weight is the workload's DOWN, (H, D) as the reference takes it, so
+    twell gets its nn.Linear form DOWN.T (a view). The check is against a float32 layer
+    computed from the same rounded inputs.
+    """
+    xp, torch, ref, ck = bench.xp, bench.torch, bench.ref, Checks(bench)
+    x = [cast(xp, a, dt) for a in inp32.x]
+    wg = cast(xp, inp32.w, dt)
+    h, d = wg.shape
+    m = x[0].shape[0]
+    wu = cast(xp, RNG(xp, 17).normal((h, d)) / np.float32(math.sqrt(d)), dt)
+    down = [cast(xp, a, dt) for a in inp32.down]
+    acc = acc_dtype(dt)
+    x0 = widen(xp, x[0], acc)
+    hidden = relu(xp, x0 @ widen(xp, wg, acc).T) * (x0 @ widen(xp, wu, acc).T)
+    chk = ck.close(hidden @ widen(xp, down[0], acc), dt)
+    del hidden, x0
+    flops = 3 * 2 * m * d * h  # the dense layer's
+    bench.measure(case, "gated ffn", "cupy 3 GEMMs (dense)",
+                  lambda i: matmul_same(xp, relu(xp, matmul_same(xp, x[i], wg.T))
+                                        * matmul_same(xp, x[i], wu.T), down[i]),
+                  family="dense", nbuf=nb, check=chk, flops=flops, impl="cuBLAS")
+    tx = None
+    if torch is not None:
+        try:
+            tx = [to_torch(torch, a) for a in x]
+            twg, twu = to_torch(torch, wg), to_torch(torch, wu)
+            tdown = [to_torch(torch, a) for a in down]
+            bench.measure(case, "gated ffn", "torch 3 GEMMs (dense)",
+                          lambda i: (torch.relu(tx[i] @ twg.T) * (tx[i] @ twu.T)) @ tdown[i],
+                          family="dense", nbuf=nb, check=chk, flops=flops, impl="cuBLAS")
+        except Exception as exc:  # noqa: BLE001
+            bench.notes.append(f"{case.id}: torch FFN inputs failed: {_short_error(exc)}")
+            tx = None
+    if ref is not None:
+        ok, why = Reference.t2d_supports(m, d, h)
+        if ok:
+            ok, why = Reference.d2t_supports(m, d, h)
+        if dt != BF16:
+            ok, why = False, "the reference is bf16 only"
+        if ok and tx is None:
+            ok, why = False, "torch inputs unavailable"
+        name = "ref gated FFN (D2T + gated T2D) C=8"
+        if not ok:
+            bench.skip(case, "gated ffn", name, why, family="ref")
+        elif max_tile > _layout.packed_capacity(8):
+            bench.skip(case, "gated ffn", name,
+                       f"overflow: up to {max_tile} entries per (row, tile) > capacity "
+                       f"{_layout.packed_capacity(8)}; the reference output would be corrupt",
+                       family="ref")
+        else:
+            packed = [torch.zeros((m, h // 8), dtype=torch.int32, device=bench.tdev)
+                      .view(torch.uint32) for _ in range(nb)]
+            gout = [torch.zeros((m, d), dtype=torch.bfloat16, device=bench.tdev)
+                    for _ in range(nb)]
+
+            def ref_ffn(i):
+                ref.d2t_out(tx[i], twg, packed[i], 8)
+                return ref.gated_t2d_out(tx[i], packed[i], twu, tdown[i], gout[i])
+
+            bench.measure(case, "gated ffn", name, ref_ffn, family="ref", nbuf=nb, check=chk,
+                          flops=flops)
+    for slots, variant in (("auto", "auto"), (s_max, f"S={s_max}")):
+        bench.measure(case, "gated ffn", "twell.sparse_ffn",
+                      lambda i, s=slots: twell.sparse_ffn(x[i], wg, wu, down[i].T, slots=s),
+                      family="twell", variant=variant, nbuf=nb, check=chk, flops=flops)
 
 
 # -- workloads: scientific matrices -------------------------------------------------------------

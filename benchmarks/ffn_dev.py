@@ -32,6 +32,10 @@ x = cupy.asarray(rng.standard_normal((args.m, args.d), dtype=np.float32))
 x[:, 0] = 1.0
 x = x.astype(twell.bfloat16)
 w0 = cupy.asarray(rng.standard_normal((args.h, args.d), dtype=np.float32)) / np.sqrt(args.d)
+wu = (cupy.asarray(rng.standard_normal((args.h, args.d), dtype=np.float32))
+      / np.sqrt(args.d)).astype(twell.bfloat16)
+wd = (cupy.asarray(rng.standard_normal((args.d, args.h), dtype=np.float32))
+      / np.sqrt(args.h)).astype(twell.bfloat16)
 card = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
 print(f"M={args.m} D={args.d} H={args.h} bf16, {card}")
 
@@ -51,6 +55,11 @@ def contenders(w, smax):
             lambda: twell.matmul_to_twell(x, w, slots=max(smax // 2, 1)),
         "twell.matmul_to_twell fused, auto": lambda: twell.matmul_to_twell(x, w),
         f"kernel alone (gb.matmul_pack), S={smax}": lambda: gb.matmul_pack(x, w, 256, smax),
+        "gated FFN, dense (3 cupy GEMMs)":
+            lambda: (cupy.maximum(x @ w.T, 0) * (x @ wu.T)) @ wd.T,
+        f"gated FFN, twell.sparse_ffn S={smax}":
+            lambda: twell.sparse_ffn(x, w, wu, wd, slots=smax),
+        "gated FFN, twell.sparse_ffn auto": lambda: twell.sparse_ffn(x, w, wu, wd),
     }
 
 

@@ -1,14 +1,17 @@
 // ffn.cu: the feed-forward kernels. twell_matmul_pack computes relu(x @ w^T) on tensor cores
 // and packs each block of its output into TwELL in the epilogue, so the dense M x N product is
 // never written to global memory; twell_spill_to_overflow then moves the entries past the slots
-// into the CSR overflow.
+// into the CSR overflow. twell_gated_up (at the end) computes the gated FFN's up projection
+// at the gate's entries only.
 //
 // The GEMM (mma.sync m16n8k16, 16-bit inputs, fp32 accumulation; sm_80+):
-//   block tile 128 x 256 x 32, 8 warps as 2 x 4, each 64 x 64 (128 fp32 accumulators a thread);
-//   a 4-stage cp.async pipeline; shared-memory rows of 32 values (64 bytes) with their four
-//   16-byte chunks XOR-swizzled by (row / 2) % 4, which makes every ldmatrix phase and every
+//   block tile 128 x 256 x 64, 8 warps as 2 x 4, each 64 x 64 (128 fp32 accumulators a thread);
+//   a 3-stage cp.async pipeline; shared-memory rows of 64 values (128 bytes) with their eight
+//   16-byte chunks XOR-swizzled by row % 8, which makes every ldmatrix phase and every
 //   cp.async store touch 8 distinct 16-byte bank groups; rows past M or N and chunks past K
-//   are zero-filled by cp.async (K % 8 == 0: a chunk is wholly inside or outside).
+//   are zero-filled by cp.async (K % 8 == 0: a chunk is wholly inside or outside). Each
+//   thread always loads the same chunk column of 4 rows of x and 8 rows of w: their pointers
+//   and row checks are computed once, not per step.
 // The epilogue:
 //   each warp rounds relu(acc) once to T and stages it in shared memory (pitch 256 + 8 values:
 //   conflict-free fragment stores); then each warp packs 16 rows, one (row, tile) pair at a
@@ -28,7 +31,7 @@ using namespace twell;
 
 namespace {
 
-constexpr int kBM = 128, kBN = 256, kBK = 32, kStages = 4;
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 3;
 constexpr int kThreads = 256;          // 8 warps: 2 along M x 4 along N
 constexpr int kWM = 64, kWN = 64;      // warp tile
 constexpr int kMI = kWM / 16, kNI = kWN / 8;  // mma tiles per warp: 4 x 8
@@ -36,9 +39,13 @@ constexpr int kPitch = kBN + 8;        // staging row pitch (values): +16 bytes 
 constexpr int kAStage = kBM * kBK, kBStage = kBN * kBK;  // values per stage
 constexpr int kVec = 8;                // 16-bit values per 16-byte chunk
 
-// Offset (values) of 16-byte chunk `chunk` (0..3) of row `row` in a [rows][kBK] stage tile.
+constexpr int kChunks = kBK / kVec;    // 16-byte chunks per stage row: 8
+constexpr int kRowsPerPass = kThreads / kChunks;  // stage rows one pass of the block loads: 32
+constexpr int kALoads = kBM / kRowsPerPass, kBLoads = kBN / kRowsPerPass;  // 4, 8 per thread
+
+// Offset (values) of 16-byte chunk `chunk` (0..7) of row `row` in a [rows][kBK] stage tile.
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kBK + ((chunk ^ ((row >> 1) & 3)) * kVec);
+  return row * kBK + ((chunk ^ (row & 7)) * kVec);
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -125,23 +132,38 @@ twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_
   const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
 
+  // This thread's loads: chunk column tid % 8 of stage rows tid / 8 + 32 i.
+  const int chunk = tid % kChunks, row0 = tid / kChunks;
+  const T* a_src[kALoads];
+  const T* b_src[kBLoads];
+  unsigned a_rows = 0, b_rows = 0;  // bit i: that row exists (is below M, or N)
+#pragma unroll
+  for (int i = 0; i < kALoads; ++i) {
+    const long long r = m0 + row0 + i * kRowsPerPass;
+    a_rows |= static_cast<unsigned>(r < n_rows) << i;
+    a_src[i] = x + (r < n_rows ? r * depth : 0) + chunk * kVec;
+  }
+#pragma unroll
+  for (int i = 0; i < kBLoads; ++i) {
+    const long long r = n0 + row0 + i * kRowsPerPass;
+    b_rows |= static_cast<unsigned>(r < n_cols) << i;
+    b_src[i] = w + (r < n_cols ? r * depth : 0) + chunk * kVec;
+  }
+
   auto load_stage = [&](int stage, int kt) {
     T* const a_s = smem + stage * (kAStage + kBStage);
     T* const b_s = a_s + kAStage;
     const long long k0 = static_cast<long long>(kt) * kBK;
+    const bool k_ok = k0 + chunk * kVec < depth;
 #pragma unroll
-    for (int i = 0; i < kAStage / kVec / kThreads; ++i) {
-      const int id = tid + i * kThreads, row = id / 4, chunk = id % 4;
-      const long long r = m0 + row, k = k0 + chunk * kVec;
-      const bool ok = r < n_rows && k < depth;
-      cp_async16(a_s + swizzle(row, chunk), ok ? x + r * depth + k : x, ok);
+    for (int i = 0; i < kALoads; ++i) {
+      const bool ok = k_ok && (a_rows >> i & 1u);
+      cp_async16(a_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? a_src[i] + k0 : x, ok);
     }
 #pragma unroll
-    for (int i = 0; i < kBStage / kVec / kThreads; ++i) {
-      const int id = tid + i * kThreads, row = id / 4, chunk = id % 4;
-      const long long r = n0 + row, k = k0 + chunk * kVec;
-      const bool ok = r < n_cols && k < depth;
-      cp_async16(b_s + swizzle(row, chunk), ok ? w + r * depth + k : w, ok);
+    for (int i = 0; i < kBLoads; ++i) {
+      const bool ok = k_ok && (b_rows >> i & 1u);
+      cp_async16(b_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? b_src[i] + k0 : w, ok);
     }
   };
 
@@ -276,5 +298,71 @@ __global__ void twell_spill_to_overflow(const int* __restrict__ totals, long lon
       overflow_indices[dst + j] = spill_indices[src + j];
       overflow_data[dst + j] = spill_data[src + j];
     }
+  }
+}
+
+// Dot product of two rows of `depth` values, fp32 (fp64 for double) accumulation: lane l takes
+// values l * VEC, l * VEC + 32 * VEC, ...; a butterfly reduction gives every lane the same
+// sum, in a fixed order.
+template <typename T, int VEC>
+__device__ __forceinline__ typename Value<T>::Acc warp_dot(const T* __restrict__ a,
+                                                           const T* __restrict__ b,
+                                                           long long depth, int lane) {
+  typename Value<T>::Acc sum = 0;
+  for (long long d = static_cast<long long>(lane) * VEC; d < depth; d += kWarp * VEC) {
+    T u[VEC], v[VEC];
+    load_vec<T, VEC>(a, d, depth, u);
+    load_vec<T, VEC>(b, d, depth, v);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) sum += Value<T>::to_acc(u[i]) * Value<T>::to_acc(v[i]);
+  }
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1)
+    sum += __shfl_xor_sync(kFullMask, sum, offset);
+  return sum;
+}
+
+// The gated FFN's hidden activations at the gate's entries: out = gate * (x[row] . w_up[col]),
+// rounded once to T, in the gate's storage (same counts, indices and overflow structure; the
+// slots past a count are written as zeros). x (M, D), w_up (H, D) row-major; VEC > 1 needs D
+// and both base pointers 16-byte aligned.
+// Warps 0 .. M * n_tiles - 1 take one (row, tile) pair's slots each; the next n_over warps one
+// overflow entry each (its row by binary search in overflow_indptr). Each product is one warp's
+// dot product: deterministic.
+// Grid: ceil((M * n_tiles + n_over) / warps per block) blocks of whole warps.
+template <typename T, int VEC>
+__global__ void twell_gated_up(const int* __restrict__ counts, const T* __restrict__ gate,
+                               const unsigned short* __restrict__ indices,
+                               const long long* __restrict__ overflow_indptr,
+                               const int* __restrict__ overflow_indices,
+                               const T* __restrict__ overflow_gate, long long n_rows,
+                               long long n_cols, int tile_width, int slots, long long n_over,
+                               const T* __restrict__ x, const T* __restrict__ w_up,
+                               long long depth, T* __restrict__ out,
+                               T* __restrict__ overflow_out) {
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n_pairs = n_rows * tiles;
+  const long long item = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (item < n_pairs) {
+    const long long row = item / tiles;
+    const long long col0 = (item - row * tiles) * tile_width;
+    const int count = counts[item];
+    for (int s = 0; s < slots; ++s) {  // whole warp
+      const long long at = item * slots + s;
+      T h = Value<T>::zero();
+      if (s < count) {
+        const long long col = col0 + indices[at];
+        const auto up = warp_dot<T, VEC>(x + row * depth, w_up + col * depth, depth, lane);
+        h = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up);
+      }
+      if (lane == 0) out[at] = h;
+    }
+  } else if (item - n_pairs < n_over) {
+    const long long e = item - n_pairs;
+    const long long row = row_of(overflow_indptr, n_rows, e);
+    const long long col = overflow_indices[e];
+    const auto up = warp_dot<T, VEC>(x + row * depth, w_up + col * depth, depth, lane);
+    if (lane == 0) overflow_out[e] = Value<T>::from_acc(Value<T>::to_acc(overflow_gate[e]) * up);
   }
 }

@@ -214,3 +214,36 @@ def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
     want = cupy.maximum(cast(x, np.float64) @ cast(w, np.float64).T, 0)
     got = cast(a.toarray(), np.float64)
     assert float(cupy.linalg.norm(got - want) / cupy.linalg.norm(want)) <= 1e-2
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("depth", [72, 37], ids=["vectors", "scalars"])
+def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth):
+    # twell_gated_up against gate * (x[row] . w_up[col]) in float64, entry by entry, with the
+    # gate's structure kept (the slots past each count zero); the host version is held to the
+    # same bound. 16-byte vector loads when D = 72, one value at a time when D = 37.
+    from twell import _cupy_backend, _numpy_backend
+
+    x, wg, wu, _ = _weights(rng, 300, depth, 777, 1.0, dtype)
+    gate = matmul_to_twell(x, wg, tile_width=64, slots=2)
+    assert gate.overflow_nnz > 0
+    rows, cols = np.nonzero(gate.toarray())
+    g64 = _f64(gate.toarray()[rows, cols])
+    x64, w64 = _f64(x)[rows], _f64(wu)[cols]
+    want = g64 * (x64 * w64).sum(axis=1)
+    bound = MATMUL_RTOL[dtype] * np.abs(g64) * (np.abs(x64) * np.abs(w64)).sum(axis=1)
+    dev_parts = type(gate._parts)(*(gpu.asarray(p) for p in gate._parts))
+    for name, got in [
+        ("host", _numpy_backend.gated_up(gate._parts, gate.shape, 64, x, wu)),
+        ("gpu", _cupy_backend.gated_up(dev_parts, gate.shape, 64, gpu.asarray(x),
+                                       gpu.asarray(wu))),
+    ]:
+        h = twell.TwELLMatrix._from_parts(type(got)(*(gpu.to_host(p) for p in got)),
+                                          gate.shape, 64)
+        np.testing.assert_array_equal(h.counts, gate.counts, err_msg=name)
+        np.testing.assert_array_equal(h.indices, gate.indices, err_msg=name)
+        np.testing.assert_array_equal(h.overflow_indices, gate.overflow_indices, err_msg=name)
+        unused = np.arange(gate.slots) >= gate.counts[..., None]
+        assert not _f64(h.data)[unused].any(), name
+        got_values = _f64(h.toarray()[rows, cols])
+        assert (np.abs(got_values - want) <= bound + 1e-300).all(), name

@@ -405,9 +405,9 @@ def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
 # -- relu(x @ w.T) -> TwELL (fused) --------------------------------------------
 
 #: Block tile of twell_matmul_pack (rows, columns) and its dynamic shared memory in bytes
-#: (4 pipeline stages of a 128 x 32 and a 256 x 32 tile of 16-bit values).
+#: (3 pipeline stages of a 128 x 64 and a 256 x 64 tile of 16-bit values).
 _MATMUL_TILE = (128, 256)
-_MATMUL_SMEM = 4 * (128 + 256) * 32 * 2
+_MATMUL_SMEM = 3 * (128 + 256) * 64 * 2
 
 #: Spill buffer of twell_matmul_pack, in entries: one per _SPILL_SHARE outputs (plus a floor).
 #: Enough when the slots hold all but a few percent of ~10% non-zeros; when it is not, the
@@ -473,3 +473,29 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None):
         totals, _i64(m * nt), _i32(slots), spill_start, spill_indices, spill_data, offset,
         parts.overflow_indices, parts.overflow_data))
     return parts
+
+
+def gated_up(parts, shape, tile_width, x, w_up):
+    """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
+
+    ``parts`` is the gate (M, H); ``x`` (M, D) and ``w_up`` (H, D) are C-contiguous and of the
+    parts' dtype. Each product is one warp's float32 (float64) dot product, rounded once
+    (``twell_gated_up``). Products that come out zero stay stored: the result feeds a product
+    at once and is never handed to the user.
+    """
+    m, k = shape
+    depth = x.shape[1]
+    dtype = parts.data.dtype
+    out = cupy.empty_like(parts.data)
+    overflow_out = cupy.empty_like(parts.overflow_data)
+    n_over = parts.overflow_indices.size
+    items = parts.counts.size + n_over
+    if items:
+        vec = _vec(dtype, depth % _kernels.vector_width(dtype) == 0, _aligned(x, w_up))
+        kernel = _kernels.function("ffn.cu", _expr("twell_gated_up", dtype, vec))
+        # One warp per (row, tile) pair, then one per overflow entry.
+        kernel(_blocks(items, _WARPS), (_BLOCK,), (
+            parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+            parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
+            _i32(parts.data.shape[2]), _i64(n_over), x, w_up, _i64(depth), out, overflow_out))
+    return parts._replace(data=out, overflow_data=overflow_out)

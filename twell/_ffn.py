@@ -12,8 +12,8 @@ activation, the packing kernel), as ``sparse_ffn`` does for its up and down proj
 
 import numpy as np
 
-from . import _algorithms, _backend, _convert, _layout
-from ._twell import TwELLMatrix, _auto_slots, _matmul, _pack
+from . import _backend, _layout
+from ._twell import TwELLMatrix, _auto_slots, _matmul
 from ._validation import (
     accumulator_dtype,
     check_slots,
@@ -29,9 +29,6 @@ ACTIVATIONS = ("relu",)
 #: Rows of the product that choose ``slots="auto"``: about this many, evenly spaced.
 _SAMPLE_ROWS = 1024
 
-# Bound on the temporary (entries x d_model) block of the gated up projection, in elements.
-_UP_CHUNK = 1 << 22
-
 
 def _array(x, name, xp):
     if not (isinstance(x, np.ndarray) or _backend.is_cupy_array(x)):
@@ -40,6 +37,11 @@ def _array(x, name, xp):
         raise ValueError(f"{name} must be 2-D; got {name}.shape={x.shape}")
     value_dtype(x.dtype, f"{name}.dtype")
     return x
+
+
+def _as(be, a, dtype):
+    """``a`` as a C-contiguous array of ``dtype``: itself when it is one already."""
+    return a if a.dtype == dtype and a.flags.c_contiguous else be.cast(a, dtype)
 
 
 def _check_linear(w, name, out_features, in_features, out_name, in_name):
@@ -179,6 +181,14 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
         On any weight whose shape is not its ``nn.Linear`` layout (a transposed weight is
         named as such).
 
+    Notes
+    -----
+    The gate (or, not gated, the up projection) is :func:`matmul_to_twell`, fused on the GPU.
+    The gated up projection is one dot product per entry of the gate (a warp each on the GPU,
+    ``twell_gated_up``), and the down projection is the TwELL SpMM. Up-projection products
+    that come out exactly zero stay stored in the intermediate, so that the layer computes
+    what the dense layer computes (``0 * inf`` in ``w_down`` is NaN in both).
+
     Examples
     --------
     >>> import numpy as np, twell
@@ -210,26 +220,11 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
         h = matmul_to_twell(x, w_up, activation, tile_width=tile_width, slots=slots)
         return _matmul(h.astype(out, copy=False), w_down.T)
     gate = matmul_to_twell(x, w_gate, activation, tile_width=tile_width, slots=slots)
-    return _matmul(_gate_times_up(gate, x, w_up, out), w_down.T)
-
-
-def _gate_times_up(gate, x, w_up, out):
-    """TwELL ``gate * (x @ w_up.T)``, the up projection computed at the gate's entries only.
-
-    Same tile width and slots as ``gate``; entries whose product is zero leave the matrix.
-    """
-    xp = _backend.array_module(x)
-    cast = _backend.backend(xp).cast
-    acc = accumulator_dtype(out)
-    rows, cols, g = _algorithms.to_coo(gate._parts, gate.shape, gate.tile_width)
-    up = xp.empty(rows.size, dtype=acc)
-    step = max(1, _UP_CHUNK // max(x.shape[1], 1))
-    for lo in range(0, rows.size, step):  # chunks bound memory; not a loop over entries
-        hi = lo + step
-        up[lo:hi] = (cast(x[rows[lo:hi]], acc) * cast(w_up[cols[lo:hi]], acc)).sum(axis=1)
-    h = cast(cast(g, acc) * up, out)
-    keep = _algorithms.is_nonzero(h)
-    rows, cols, h = rows[keep], cols[keep], h[keep]
-    src = _convert.CSR(*_algorithms.coo_to_csr(rows, cols, h, gate.shape[0]), gate.shape)
-    return TwELLMatrix._from_parts(_pack(src, gate.tile_width, gate.slots), gate.shape,
-                                   gate.tile_width)
+    gate = gate.astype(out, copy=False)
+    be = _backend.backend(xp)
+    # The up projection at the gate's entries only; products that come out zero stay stored
+    # in this intermediate, which only feeds the down projection (as a dense layer would).
+    parts = be.gated_up(gate._parts, gate.shape, gate.tile_width, _as(be, x, out),
+                        _as(be, w_up, out))
+    h = TwELLMatrix._from_parts(parts, gate.shape, gate.tile_width)
+    return _matmul(h, w_down.T)

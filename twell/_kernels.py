@@ -75,7 +75,7 @@ INSTANCES = {
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
                    for w, g, st in MMA_SHAPES]),
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
-               + _typed("twell_spill_to_overflow")),
+               + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")),
 }
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals

@@ -109,3 +109,36 @@ def matmul_pack_supported(x, w, tile_width):
     """The host has no fused GEMM -> TwELL: ``matmul_to_twell`` composes the product,
     the activation and :func:`pack_dense`."""
     return False
+
+
+# Bound on the temporary (entries x D) block of gated_up, in elements.
+_UP_CHUNK = 1 << 22
+
+
+def gated_up(parts, shape, tile_width, x, w_up):
+    """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
+
+    As ``_cupy_backend.gated_up``: the dot products accumulate in float32 (float64 for
+    float64) and round once; products that come out zero stay stored.
+    """
+    m, nt, slots = parts.data.shape
+    used = np.arange(slots) < parts.counts[..., None]
+    rows = np.broadcast_to(np.arange(m)[:, None, None], used.shape)[used]
+    cols = (np.arange(nt)[None, :, None] * tile_width + parts.indices.astype(np.int64))[used]
+    data = np.zeros_like(parts.data)
+    data[used] = _gated_products(parts.data[used], rows, cols, x, w_up)
+    n_over = parts.overflow_indices.size
+    over_rows = expand_indptr(parts.overflow_indptr, n_over)
+    overflow_data = _gated_products(parts.overflow_data, over_rows, parts.overflow_indices, x,
+                                    w_up)
+    return parts._replace(data=data, overflow_data=overflow_data)
+
+
+def _gated_products(gate, rows, cols, x, w_up):
+    acc = accumulator_dtype(gate.dtype)
+    up = np.empty(rows.size, dtype=acc)
+    step = max(1, _UP_CHUNK // max(x.shape[1], 1))
+    for lo in range(0, rows.size, step):  # chunks bound memory; not a loop over entries
+        hi = lo + step
+        up[lo:hi] = (cast(x[rows[lo:hi]], acc) * cast(w_up[cols[lo:hi]], acc)).sum(axis=1)
+    return cast(cast(gate, acc) * up, gate.dtype)
