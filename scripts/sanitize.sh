@@ -1,32 +1,74 @@
 #!/usr/bin/env bash
 # Run GPU tests under compute-sanitizer: memcheck, racecheck and initcheck (or the tools named
 # in TOOLS). Needs a GPU machine whose runtime lets compute-sanitizer attach. Prints one summary
-# line per tool; logs go to $OUT (or ./sanitize-logs).
-#   Usage, from the repository root: [TOOLS="memcheck"] bash scripts/sanitize.sh [PYTEST ARGS]
-# Without PYTEST ARGS it runs every GPU test (-m gpu). Under a sanitizer each launch costs
+# line per tool (and shard); logs go to $OUT (or ./sanitize-logs).
+#   Usage, from the repository root: [TOOLS="memcheck"] [JOBS=4] bash scripts/sanitize.sh [ARGS]
+# Without ARGS it runs every test but the NumPy-backend runs and the "slow" ones (-k "not numpy"
+# -m "not slow"): the slow tests build a matrix past 2^31 slots, hours of work under a
+# sanitizer; the test-suite runs them without one. Under a sanitizer each launch costs
 # milliseconds, so the hypothesis profile is "sanitize" (4 examples per property) and CuPy's
 # memory pool is off (TWELL_NO_MEMORY_POOL=1): with the pool, an access past an array's end
-# that lands in another pooled block would go unseen. TIMEOUT (seconds per tool, default
-# none) bounds each tool's run; a run cut short says so in its summary line.
+# that lands in another pooled block would go unseen. TIMEOUT (seconds per process, default
+# none) bounds each run; a run cut short says so in its summary line.
+# JOBS > 1 splits the test files into JOBS shards and runs every (tool, shard) pair at once,
+# TOOLS x JOBS processes sharing the GPU; ARGS are then pytest options, not paths.
 set -uo pipefail
 out=${OUT:-sanitize-logs}
+jobs=${JOBS:-1}
 mkdir -p "$out"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=sanitize TWELL_NO_MEMORY_POOL=1
-if [ $# -eq 0 ]; then set -- tests -m gpu; fi
+if [ $# -eq 0 ]; then
+    set -- -k "not numpy" -m "not slow"
+    [ "$jobs" -eq 1 ] && set -- tests "$@"
+fi
 limit=()
 [ -n "${TIMEOUT:-}" ] && limit=(timeout "$TIMEOUT")
-status=0
-for tool in ${TOOLS:-memcheck racecheck initcheck}; do
-    extra=()
+
+# shards[j]: the test files of shard j, dealt largest first in snake order (by bytes, a proxy
+# for the number of tests) so that the shards take about the same time.
+shards=()
+if [ "$jobs" -gt 1 ]; then
+    mapfile -t files < <(ls -S tests/test_*.py)
+    for ((j = 0; j < jobs; j++)); do shards[j]=""; done
+    for ((i = 0; i < ${#files[@]}; i++)); do
+        round=$((i / jobs)) pos=$((i % jobs))
+        j=$(( round % 2 == 0 ? pos : jobs - 1 - pos ))
+        shards[j]="${shards[j]} ${files[i]}"
+    done
+fi
+
+run() {  # run TOOL NAME PYTEST-ARGS...: one sanitizer process, its exit status in NAME.rc
+    local tool=$1 name=$2 extra=()
+    shift 2
     # racecheck: shared-memory hazards; initcheck: reads of never-written device memory.
     [ "$tool" = racecheck ] && extra=(--racecheck-report analysis)
     "${limit[@]}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-        --log-file "$out/$tool.log" python3 -m pytest -q -p no:cacheprovider "$@" \
-        > "$out/$tool.pytest.log" 2>&1
-    rc=$?
-    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)
-    [ $rc -eq 124 ] && summary="cut short by TIMEOUT=${TIMEOUT:-}s; $summary"
-    echo "$tool: exit $rc; ${summary:-no summary line}; pytest: $(tail -n 1 "$out/$tool.pytest.log")"
-    [ $rc -ne 0 ] && status=1
+        --log-file "$out/$name.log" python3 -m pytest -q -p no:cacheprovider "$@" \
+        > "$out/$name.pytest.log" 2>&1
+    echo $? > "$out/$name.rc"
+}
+
+names=()
+for tool in ${TOOLS:-memcheck racecheck initcheck}; do
+    if [ "$jobs" -gt 1 ]; then
+        for ((j = 0; j < jobs; j++)); do
+            # shellcheck disable=SC2086  # the shard's file list splits into words on purpose
+            run "$tool" "$tool.$j" ${shards[j]} "$@" &
+            names+=("$tool.$j")
+        done
+    else
+        run "$tool" "$tool" "$@"
+        names+=("$tool")
+    fi
+done
+wait
+
+status=0
+for name in "${names[@]}"; do
+    rc=$(cat "$out/$name.rc")
+    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$name.log" | tail -1)
+    [ "$rc" -eq 124 ] && summary="cut short by TIMEOUT=${TIMEOUT:-}s; $summary"
+    echo "$name: exit $rc; ${summary:-no summary line}; pytest: $(tail -n 1 "$out/$name.pytest.log")"
+    [ "$rc" -ne 0 ] && status=1
 done
 exit $status

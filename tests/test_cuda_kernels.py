@@ -15,6 +15,8 @@ from helpers import Backend, cast  # noqa: E402
 
 from twell import _cupy_backend  # noqa: E402
 
+pytestmark = pytest.mark.gpu  # every test here runs kernels ("-m gpu" selects them)
+
 
 def test_layout_header_agrees_with_python():
     # Guards the rule that layout arithmetic lives once in Python and once in the header.

@@ -134,7 +134,10 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
         if slots == "auto":
             # The sample's product in the inputs' dtype (16-bit: its values, and so its zeros,
             # are the rounded ones), activated in the accumulation dtype.
-            sample = _activate(be.cast(xp.matmul(x[::step], w.T), acc), activation)
+            # A contiguous copy of the sampled rows: CuPy's matmul of a strided view may
+            # skip cuBLAS.
+            rows = xp.ascontiguousarray(x[::step])
+            sample = _activate(be.cast(xp.matmul(rows, w.T), acc), activation)
             slots = _sample_slots(be, sample, tile_width)
         check_storage(shape, tile_width, slots)
         return TwELLMatrix._from_parts(be.matmul_pack(x, w, tile_width, slots), shape,
