@@ -24,18 +24,9 @@ fi
 limit=()
 [ -n "${TIMEOUT:-}" ] && limit=(timeout "$TIMEOUT")
 
-# shards[j]: the test files of shard j, dealt largest first in snake order (by bytes, a proxy
-# for the number of tests) so that the shards take about the same time.
-shards=()
-if [ "$jobs" -gt 1 ]; then
-    mapfile -t files < <(ls -S tests/test_*.py)
-    for ((j = 0; j < jobs; j++)); do shards[j]=""; done
-    for ((i = 0; i < ${#files[@]}; i++)); do
-        round=$((i / jobs)) pos=$((i % jobs))
-        j=$(( round % 2 == 0 ? pos : jobs - 1 - pos ))
-        shards[j]="${shards[j]} ${files[i]}"
-    done
-fi
+# shellcheck source=scripts/_shards.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_shards.sh"
+[ "$jobs" -gt 1 ] && test_shards "$jobs"
 
 run() {  # run TOOL NAME PYTEST-ARGS...: one sanitizer process, its exit status in NAME.rc
     local tool=$1 name=$2 extra=()
