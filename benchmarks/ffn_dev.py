@@ -3,7 +3,7 @@
 One process, the same inputs for every contender, CUDA events after warm-up, median. The
 paper's up projection: x (M = 16384, D = 2048), w (H = 5632, D), bf16, sparsity set by the
 bias-column trick. Prints one line per contender with its TFLOP/s (2 M D H flops).
-Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/ffn_dev.py
+Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/ffn_dev.py [--stages]
 """
 
 import argparse
@@ -16,6 +16,7 @@ from scipy.special import ndtri
 
 import twell
 from twell import _cupy_backend as gb
+from twell import _ffn, _twell
 
 p = argparse.ArgumentParser()
 p.add_argument("--m", type=int, default=16384)
@@ -23,6 +24,8 @@ p.add_argument("--d", type=int, default=2048)
 p.add_argument("--h", type=int, default=5632)
 p.add_argument("--sparsities", default="0.99,0.95,0.9")
 p.add_argument("--reps", type=int, default=20)
+p.add_argument("--stages", action="store_true",
+               help="also time each step of matmul_to_twell's slots='auto' path")
 args = p.parse_args()
 timed = functools.partial(_dev.timed, reps=args.reps)
 flops = 2 * args.m * args.d * args.h
@@ -79,3 +82,39 @@ for s in map(float, args.sparsities.split(",")):
     for name, fn in rows.items():
         t = timed(fn)
         print(f"{s:>8} {name:<40} {t:8.3f} {flops / t / 1e9:8.1f}", flush=True)
+
+
+def auto_stages(w):
+    """Each step of matmul_to_twell(x, w) with slots="auto", timed alone (ms)."""
+    step = -(-x.shape[0] // _ffn._SAMPLE_ROWS)
+    rows = cupy.ascontiguousarray(x[::step])
+    prod = rows @ w.T
+    sample = cupy.maximum(gb.cast(prod, np.float32), 0)
+    counts = gb.tile_counts_dense(sample, 256)
+    slots = _twell._auto_slots(counts, 256)
+    full_counts = gb.tile_counts_dense(cupy.maximum(x @ w.T, 0), 256)
+    flat = counts.reshape(-1)
+    return slots, {
+        "sample rows (contiguous copy)": lambda: cupy.ascontiguousarray(x[::step]),
+        "sample product (cuBLAS)": lambda: rows @ w.T,
+        "cast to float32 + relu": lambda: cupy.maximum(gb.cast(prod, np.float32), 0),
+        "count pass over the sample": lambda: gb.tile_counts_dense(sample, 256),
+        "(counts < 0).any() (bincount's 1st sync)": lambda: bool((flat < 0).any()),
+        "int(counts.max()) (bincount's 2nd sync)": lambda: int(flat.max()),
+        "cupy.bincount(sample counts)": lambda: cupy.bincount(flat, minlength=1),
+        "_auto_slots(sample counts)": lambda: _twell._auto_slots(counts, 256),
+        "_auto_slots(all counts), as the pack's auto": lambda: _twell._auto_slots(full_counts,
+                                                                                   256),
+        f"matmul_pack with the chosen S={slots}": lambda: gb.matmul_pack(x, w, 256, slots),
+        "matmul_to_twell(x, w) (auto)": lambda: twell.matmul_to_twell(x, w),
+    }
+
+
+if args.stages:
+    w = w0.copy()
+    w[:, 0] = -ndtri(0.99)
+    w = w.astype(twell.bfloat16)
+    slots, stages = auto_stages(w)
+    print(f"# slots='auto' at 99%: the sample chooses S={slots}")
+    for name, fn in stages.items():
+        print(f"{name:<48} {timed(fn):8.3f} ms", flush=True)
