@@ -104,6 +104,18 @@ def test_matmul_to_twell_errors():
         matmul_to_twell(np.ones((2, 3), dtype=complex), np.ones((4, 3)))
 
 
+def test_sparse_ffn_argument_errors():
+    x, w, wd = np.ones((3, 8)), np.ones((16, 8)), np.ones((8, 16))
+    with pytest.raises(ValueError, match="w_gate is required when gated=True"):
+        sparse_ffn(x, None, w, wd)
+    with pytest.raises(TypeError, match="gated must be True or False; got gated='yes'"):
+        sparse_ffn(x, w, w, wd, gated="yes")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        sparse_ffn(x, w, w, wd, activation="gelu")
+    with pytest.raises(ValueError, match="slots must be between 1 and tile_width=8"):
+        sparse_ffn(x, w, w, wd, tile_width=8, slots=9)
+
+
 def test_plain_ffn_needs_no_gate_weight():
     x = np.eye(2)
     got = sparse_ffn(x, None, np.array([[1.0, 0], [0, -1.0]]), np.eye(2), gated=False)

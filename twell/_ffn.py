@@ -182,7 +182,9 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     ------
     ValueError
         On any weight whose shape is not its ``nn.Linear`` layout (a transposed weight is
-        named as such).
+        named as such), or a missing ``w_gate`` when ``gated``.
+    TypeError
+        When ``gated`` is not a bool.
 
     Notes
     -----
@@ -202,6 +204,11 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     >>> bool(np.allclose(twell.sparse_ffn(x, wg, wu, wd), want))
     True
     """
+    if not isinstance(gated, (bool, np.bool_)):
+        raise TypeError(f"gated must be True or False; got gated={gated!r}")
+    if gated and w_gate is None:
+        raise ValueError("w_gate is required when gated=True (gated=False computes "
+                         "relu(x @ w_up.T) @ w_down.T without it)")
     xp = _backend.array_module(x, w_gate if gated else None, w_up, w_down)
     x = _array(x, "x", xp)
     m, d_model = x.shape
