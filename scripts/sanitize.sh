@@ -12,6 +12,10 @@
 # none) bounds each run; a run cut short says so in its summary line.
 # JOBS > 1 splits the test files into JOBS shards and runs every (tool, shard) pair at once,
 # TOOLS x JOBS processes sharing the GPU; ARGS are then pytest options, not paths.
+# KERNELS=twell_ instruments only the kernels whose names contain that text (compute-sanitizer
+# --kernel-name kns=...): twell's own kernels, with CuPy's (cumsum, sort, nonzero, ...) run
+# at full speed and unchecked. Without it every kernel is checked; CuPy's nonzero scan then
+# draws racecheck warnings of its own (2026-12-03, H200).
 set -uo pipefail
 out=${OUT:-sanitize-logs}
 jobs=${JOBS:-1}
@@ -33,6 +37,7 @@ run() {  # run TOOL NAME PYTEST-ARGS...: one sanitizer process, its exit status 
     shift 2
     # racecheck: shared-memory hazards; initcheck: reads of never-written device memory.
     [ "$tool" = racecheck ] && extra=(--racecheck-report analysis)
+    [ -n "${KERNELS:-}" ] && extra+=(--kernel-name "kns=$KERNELS")
     "${limit[@]}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
         --log-file "$out/$name.log" python3 -m pytest -q -p no:cacheprovider "$@" \
         > "$out/$name.pytest.log" 2>&1
