@@ -60,6 +60,11 @@ def test_kernel_sources_inline_the_header(name):
     assert f'#line 1 "{_kernels.HEADER}"' in text
     assert re.search(rf'#line \d+ "{re.escape(name)}"', text)
     assert "namespace twell" in text
+    # Every cuda_src header the file includes, directly or through another header, is pasted
+    # in exactly once (CuPy's cache keys on the text; #pragma once would not reach NVRTC).
+    for header in _kernels.source_dir().glob("*.cuh"):
+        assert f'#include "{header.name}"' not in text, header.name
+        assert text.count(f'#line 1 "{header.name}"') <= 1, header.name
 
 
 @pytest.mark.parametrize("name", sorted(_kernels.INSTANCES))
