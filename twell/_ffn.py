@@ -102,8 +102,9 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     to memory (``cuda_src/ffn.cu``). It synchronises with the host once, to size the
     overflow. Besides the result it allocates a spill buffer of ``M * N / 64 + 4096``
     entries (6 bytes each) and 12 bytes per (row, tile) pair; a product whose overflow does
-    not fit the spill buffer runs a second time with one of the right size. Every other case (and the NumPy backend) computes the dense product in the
-    accumulation dtype, applies the activation and packs it.
+    not fit the spill buffer runs a second time with one of the right size. Every other case
+    (and the NumPy backend) computes the dense product in the accumulation dtype, applies the
+    activation and packs it.
 
     Examples
     --------
