@@ -25,6 +25,7 @@
 // same bits on every run. When the spill buffer was too small (spill_used > capacity) the
 // launcher reruns the GEMM with a buffer of exactly spill_used entries: nothing is dropped.
 #include "twell_layout.cuh"
+#include "mma.cuh"
 #include "pack_warp.cuh"
 
 using namespace twell;
@@ -48,16 +49,6 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) * kVec);
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read then).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 
 template <int N>
@@ -68,38 +59,8 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_address(p)));
 }
-
-template <typename T> struct Mma;
-
-template <> struct Mma<__nv_bfloat16> {
-  __device__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-  __device__ static unsigned pack2(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&v);
-  }
-};
-
-template <> struct Mma<__half> {
-  __device__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-  __device__ static unsigned pack2(float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&v);
-  }
-};
 
 // ReLU that keeps NaN (as NumPy's maximum(z, 0) does): only values below zero become zero.
 __device__ __forceinline__ float relu(float v) { return v < 0.0f ? 0.0f : v; }
@@ -211,7 +172,7 @@ twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_
 #pragma unroll
       for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < kNI; ++ni) Mma<T>::run(acc[mi][ni], a[mi], b[ni]);
+        for (int ni = 0; ni < kNI; ++ni) Mma<T>::run(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
     }
   }
   cp_async_wait<0>();

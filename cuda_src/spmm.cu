@@ -3,6 +3,7 @@
 // Accumulation in fp32 (fp64 for double), in a fixed order (tiles, then slots, then the
 // row's overflow entries): results are deterministic, no atomics.
 #include "twell_layout.cuh"
+#include "mma.cuh"
 
 using namespace twell;
 
@@ -267,56 +268,11 @@ twell_block_records(const int* __restrict__ counts, const T* __restrict__ data,
   }
 }
 
-template <typename T> struct Mma;
-
-template <> struct Mma<__nv_bfloat16> {
-  __device__ static void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm(  // pure: the compiler may schedule it freely among the ldmatrix loads
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  __device__ static unsigned pack2(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&v);
-  }
-  __device__ static float2 unpack2(unsigned w) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-  }
-};
-
-template <> struct Mma<__half> {
-  __device__ static void run(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm(  // pure: the compiler may schedule it freely among the ldmatrix loads
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  __device__ static unsigned pack2(float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&v);
-  }
-  __device__ static float2 unpack2(unsigned w) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&w));
-  }
-};
-
 // This lane's two 16-bit entries of A_k in row `row`, from the records of columns lo, hi.
 __device__ inline unsigned a_pair(unsigned lo, unsigned hi, unsigned row) {
   const unsigned l = ((lo >> 12) & 15u) == row ? lo >> 16 : 0u;
   const unsigned h = ((hi >> 12) & 15u) == row ? hi & 0xffff0000u : 0u;
   return h | l;
-}
-
-__device__ inline unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ inline void cp_async16(void* dst, const void* src, bool inside) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(smem_address(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
 }
 
 // Block: WARPS warps, each owning GROUPS consecutive groups (16 * GROUPS rows), all sharing the
