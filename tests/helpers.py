@@ -230,6 +230,21 @@ def assert_parts_equal(a, b):
         assert_values_equal(x, y, name, signed_zeros=True)
 
 
+def assert_same_bits(a, b, what=""):
+    """``a`` and ``b`` are the same matrix with bit-identical storage arrays (``what`` prefixes
+    the failure messages)."""
+    assert type(a) is type(b) and a.shape == b.shape and a.dtype == b.dtype
+    if isinstance(a, twell.TwELLMatrix):
+        assert a.tile_width == b.tile_width
+        pairs = zip(PART_NAMES, parts_of(a), parts_of(b), strict=True)
+    else:
+        pairs = (("data", a.data, b.data), ("indices", a.indices, b.indices))
+    for name, x, y in pairs:
+        assert x.dtype == y.dtype and x.shape == y.shape, f"{what} {name}"
+        bits = np.dtype(f"u{x.dtype.itemsize}")
+        np.testing.assert_array_equal(x.view(bits), y.view(bits), err_msg=f"{what} {name}")
+
+
 def rel_err(got, want):
     """``||got - want|| / ||want||`` in float64 (0 when both are 0), safe from overflow."""
     got, want = cast(got, np.float64), cast(want, np.float64)

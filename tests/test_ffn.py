@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import BF16, F16, F32, F64, MATMUL_RTOL, cast, rel_err
+from helpers import BF16, F16, F32, F64, MATMUL_RTOL, assert_same_bits, cast, rel_err
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -148,16 +148,6 @@ def _fused(gpu, rng, dtype, shape=FUSED_SHAPE, bias=1.0, edit=None):
     return x, w
 
 
-def _assert_same_parts(a, b, what):
-    for name in ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
-                 "overflow_data"):
-        got, want = getattr(a, name), getattr(b, name)
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {name}"
-        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-        np.testing.assert_array_equal(got.view(bits).get(), want.view(bits).get(),
-                                      err_msg=f"{what}: {name}")
-
-
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("tile_width", [8, 64, 256])
 @pytest.mark.parametrize("slots", [1, 5, "auto"])
@@ -172,7 +162,7 @@ def test_fused_matmul_to_twell(gpu, rng, dtype, tile_width, slots):
     # Canonical storage: packing the result's own dense form gives the same bits, so every
     # entry is in its slot or overflow place, in column order, and the unused slots are zero.
     again = twell.TwELLMatrix(a.toarray(), tile_width=tile_width, slots=a.slots)
-    _assert_same_parts(a, again, "fused vs dense pack of its own values")
+    assert_same_bits(a, again, "fused vs dense pack of its own values")
     x64, w64 = _f64(x.get()), _f64(w.get())
     want = np.maximum(x64 @ w64.T, 0)
     scale = np.linalg.norm(np.abs(x64) @ np.abs(w64).T)
@@ -191,7 +181,7 @@ def test_fused_spill_too_small_reruns_losslessly(gpu, rng, dtype):
     gpu.poison()
     tight = _cupy_backend.matmul_pack(x, w, 64, 2, spill_capacity=1)
     shape = (x.shape[0], w.shape[0])
-    _assert_same_parts(twell.TwELLMatrix._from_parts(tight, shape, 64),
+    assert_same_bits(twell.TwELLMatrix._from_parts(tight, shape, 64),
                        twell.TwELLMatrix._from_parts(roomy, shape, 64), "spill 1 vs default")
 
 

@@ -12,27 +12,13 @@ import zipfile
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import DTYPES, PART_NAMES, cast, gpu_test, parts_of
+from helpers import DTYPES, assert_same_bits, cast, gpu_test
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import cases, edge_examples
 
 import twell
 from twell import _io
-
-
-def assert_same_bits(a, b):
-    """``a`` and ``b`` are the same matrix with bit-identical storage arrays."""
-    assert type(a) is type(b) and a.shape == b.shape and a.dtype == b.dtype
-    if isinstance(a, twell.TwELLMatrix):
-        assert a.tile_width == b.tile_width
-        pairs = zip(PART_NAMES, parts_of(a), parts_of(b), strict=True)
-    else:
-        pairs = (("data", a.data, b.data), ("indices", a.indices, b.indices))
-    for name, x, y in pairs:
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        bits = np.dtype(f"u{x.dtype.itemsize}")
-        np.testing.assert_array_equal(x.view(bits), y.view(bits), err_msg=name)
 
 
 def round_trip(a, **kwargs):
