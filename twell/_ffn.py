@@ -23,8 +23,11 @@ from ._validation import (
     value_dtype,
 )
 
+# Each activation, written for an array module; its zeros make the output sparse.
+_ACTIVATE = {"relu": lambda xp, z: xp.maximum(z, 0)}
+
 #: Activations whose zeros make the output sparse.
-ACTIVATIONS = ("relu",)
+ACTIVATIONS = tuple(_ACTIVATE)
 
 #: Rows of the product that choose ``slots="auto"``: about this many, evenly spaced.
 _SAMPLE_ROWS = 1024
@@ -55,10 +58,8 @@ def _check_linear(w, name, out_features, in_features, out_name, in_name):
 
 
 def _activate(z, activation):
-    xp = _backend.array_module(z)
-    if activation == "relu":
-        return xp.maximum(z, 0)
-    raise ValueError(f"activation must be one of {ACTIVATIONS}; got activation={activation!r}")
+    """``activation`` (one of ACTIVATIONS: the callers check it first) applied to ``z``."""
+    return _ACTIVATE[activation](_backend.array_module(z), z)
 
 
 def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_WIDTH,
@@ -145,7 +146,7 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
         check_storage(shape, tile_width, slots)
         return TwELLMatrix._from_parts(be.matmul_pack(x, w, tile_width, slots), shape,
                                        tile_width)
-    z = be.cast(_activate(xp.matmul(be.cast(x, acc), be.cast(w, acc).T), activation), out)
+    z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
     if slots == "auto":
         slots = _sample_slots(be, z[::step], tile_width)
     return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
