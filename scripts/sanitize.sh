@@ -10,8 +10,9 @@
 # memory pool is off (TWELL_NO_MEMORY_POOL=1): with the pool, an access past an array's end
 # that lands in another pooled block would go unseen. TIMEOUT (seconds per process, default
 # none) bounds each run; a run cut short says so in its summary line.
-# JOBS > 1 splits the test files into JOBS shards and runs every (tool, shard) pair at once,
-# TOOLS x JOBS processes sharing the GPU; ARGS are then pytest options, not paths.
+# JOBS > 1 deals the tests into JOBS shards (every JOBS-th test, TWELL_SHARD in
+# tests/conftest.py) and runs every (tool, shard) pair at once, TOOLS x JOBS processes sharing
+# the GPU. Each process appends its tests' durations to $OUT/NAME.durations as they end.
 # KERNELS=twell_ instruments only the kernels whose names contain that text (compute-sanitizer
 # --kernel-name kns=...): twell's own kernels, with CuPy's (cumsum, sort, nonzero, ...) run
 # at full speed and unchecked. Without it every kernel is checked; CuPy's nonzero scan then
@@ -21,24 +22,18 @@ out=${OUT:-sanitize-logs}
 jobs=${JOBS:-1}
 mkdir -p "$out"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=sanitize TWELL_NO_MEMORY_POOL=1
-if [ $# -eq 0 ]; then
-    set -- -k "not numpy" -m "not slow"
-    [ "$jobs" -eq 1 ] && set -- tests "$@"
-fi
+[ $# -eq 0 ] && set -- tests -k "not numpy" -m "not slow"
 limit=()
 [ -n "${TIMEOUT:-}" ] && limit=(timeout "$TIMEOUT")
 
-# shellcheck source=scripts/_shards.sh
-source "$(dirname "${BASH_SOURCE[0]}")/_shards.sh"
-[ "$jobs" -gt 1 ] && test_shards "$jobs"
-
-run() {  # run TOOL NAME PYTEST-ARGS...: one sanitizer process, its exit status in NAME.rc
-    local tool=$1 name=$2 extra=()
-    shift 2
+run() {  # run TOOL NAME SHARD PYTEST-ARGS...: one sanitizer process, its exit status in NAME.rc
+    local tool=$1 name=$2 shard=$3 extra=()
+    shift 3
     # racecheck: shared-memory hazards; initcheck: reads of never-written device memory.
     [ "$tool" = racecheck ] && extra=(--racecheck-report analysis)
     [ -n "${KERNELS:-}" ] && extra+=(--kernel-name "kns=$KERNELS")
-    "${limit[@]}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+    TWELL_SHARD=$shard TWELL_TEST_LOG="$out/$name.durations" \
+        "${limit[@]}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
         --log-file "$out/$name.log" python3 -m pytest -q -p no:cacheprovider "$@" \
         > "$out/$name.pytest.log" 2>&1
     echo $? > "$out/$name.rc"
@@ -46,16 +41,10 @@ run() {  # run TOOL NAME PYTEST-ARGS...: one sanitizer process, its exit status 
 
 names=()
 for tool in ${TOOLS:-memcheck racecheck initcheck}; do
-    if [ "$jobs" -gt 1 ]; then
-        for ((j = 0; j < jobs; j++)); do
-            # shellcheck disable=SC2086  # the shard's file list splits into words on purpose
-            run "$tool" "$tool.$j" ${shards[j]} "$@" &
-            names+=("$tool.$j")
-        done
-    else
-        run "$tool" "$tool" "$@"
-        names+=("$tool")
-    fi
+    for ((j = 0; j < jobs; j++)); do
+        run "$tool" "$tool.$j" "$j/$jobs" "$@" &
+        names+=("$tool.$j")
+    done
 done
 wait
 
@@ -67,4 +56,6 @@ for name in "${names[@]}"; do
     echo "$name: exit $rc; ${summary:-no summary line}; pytest: $(tail -n 1 "$out/$name.pytest.log")"
     [ "$rc" -ne 0 ] && status=1
 done
+echo "slowest tests:"
+sort -rn "$out"/*.durations 2>/dev/null | head -12
 exit $status

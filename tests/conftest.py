@@ -8,6 +8,12 @@
 * ``backend``: every test that takes it runs once on NumPy and once on CuPy;
   the CuPy run is skipped, with a reason, where there is no CUDA GPU.
 * ``rng``: a NumPy Generator seeded from the test's id (no global seeds).
+* ``TWELL_SHARD=j/n``: run only every n-th collected test, starting at the j-th (0-based), so
+  that n processes share one GPU run (``scripts/gpu_check.sh``, ``scripts/sanitize.sh``).
+  Dealing single tests rather than files keeps the shards even: a few files hold most of the
+  heavy tests.
+* ``TWELL_TEST_LOG=path``: append each test's outcome and duration to that file as it ends, so
+  that a run cut short by a time limit still tells which tests took the time.
 """
 
 import os
@@ -48,7 +54,30 @@ def pytest_configure(config):
         config.addinivalue_line("filterwarnings", f"ignore:{message}:RuntimeWarning")
 
 
+def _shard():
+    """``(j, n)`` from ``TWELL_SHARD``, or None."""
+    spec = os.environ.get("TWELL_SHARD")
+    if not spec:
+        return None
+    j, _, n = spec.partition("/")
+    try:
+        j, n = int(j), int(n)
+    except ValueError:
+        raise pytest.UsageError(f"TWELL_SHARD={spec!r}: expected 'j/n', e.g. '0/4'") from None
+    if not 0 <= j < n:
+        raise pytest.UsageError(f"TWELL_SHARD={spec!r}: need 0 <= j < n")
+    return j, n
+
+
 def pytest_collection_modifyitems(config, items):
+    shard = _shard()
+    if shard is not None:
+        j, n = shard
+        keep, drop = [], []
+        for i, item in enumerate(items):
+            (keep if i % n == j else drop).append(item)
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     # Every test that runs on the GPU carries the "gpu" marker, so that "-m gpu" / "-m 'not gpu'"
     # select them: the cupy runs of backend tests and the tests that take the gpu fixture.
     for item in items:
@@ -56,6 +85,14 @@ def pytest_collection_modifyitems(config, items):
         on_cupy = callspec is not None and callspec.params.get("backend") == "cupy"
         if on_cupy or "gpu" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.gpu)
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("TWELL_TEST_LOG")
+    if path and (report.when == "call" or report.outcome != "passed"):
+        with open(path, "a") as log:
+            log.write(f"{report.duration:9.2f} s  {report.when:8s} {report.outcome:8s} "
+                      f"{report.nodeid}\n")
 
 
 def pytest_report_header(config):
