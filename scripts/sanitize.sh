@@ -12,7 +12,7 @@
 # none) bounds each run; a run cut short says so in its summary line.
 # JOBS > 1 deals the tests into JOBS shards (every JOBS-th test, TWELL_SHARD in
 # tests/conftest.py) and runs every (tool, shard) pair at once, TOOLS x JOBS processes sharing
-# the GPU. Each process appends its tests' durations to $OUT/NAME.durations as they end.
+# the GPU; SHARDS="1 4" runs only those shards (say, to rerun them). Each process appends its tests' durations to $OUT/NAME.durations as they end.
 # KERNELS=twell_ instruments only the kernels whose names contain that text (compute-sanitizer
 # --kernel-name kns=...): twell's own kernels, with CuPy's (cumsum, sort, nonzero, ...) run
 # at full speed and unchecked. Without it every kernel is checked; CuPy's nonzero scan then
@@ -41,7 +41,7 @@ run() {  # run TOOL NAME SHARD PYTEST-ARGS...: one sanitizer process, its exit s
 
 names=()
 for tool in ${TOOLS:-memcheck racecheck initcheck}; do
-    for ((j = 0; j < jobs; j++)); do
+    for j in ${SHARDS:-$(seq 0 $((jobs - 1)))}; do
         run "$tool" "$tool.$j" "$j/$jobs" "$@" &
         names+=("$tool.$j")
     done
