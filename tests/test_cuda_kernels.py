@@ -176,3 +176,59 @@ def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng):
     want = scipy.sparse.csr_array(x.astype(np.float64).get()) @ rhs.astype(np.float64).get()
     assert np.array_equal(np.isnan(got), np.isnan(want))
     assert np.array_equal(np.isinf(got), np.isinf(want))
+
+
+@pytest.mark.parametrize("size", [1, 257, 4095, 4096, 70000])
+def test_count_histogram_is_bincount(rng, size):
+    # Sizes on both sides of the shared-memory histogram (4096 bins); values outside
+    # [0, size) are counted in the last bin, never dropped or wrapped.
+    counts = rng.integers(-3, size + 3, size=100_003).astype(np.int32)
+    counts[:50_000] = rng.integers(0, min(size, 3), size=50_000)  # crowded bins: contention
+    got = _cupy_backend.count_histogram(cupy.asarray(counts.reshape(1, -1)), size).get()
+    inside = (counts >= 0) & (counts < size)
+    want = np.append(np.bincount(counts[inside], minlength=size), np.sum(~inside))
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+    from twell import _numpy_backend
+    np.testing.assert_array_equal(_numpy_backend.count_histogram(counts, size), want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, twell.bfloat16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "shifted"])
+def test_find_nonfinite_sees_every_position(dtype, aligned):
+    # The SpMM's tensor-core gate: one Inf or NaN anywhere in B, including the elements past
+    # the last whole 16-byte vector and in a view that is not 16-byte aligned.
+    n = 8 * 1000 + 5
+    base = cupy.empty(n + 1, dtype=dtype)
+    b = base[:n] if aligned else base[1:]
+    b[...] = 1.5
+    b[::7] = -0.0  # zeros and negative values are finite
+    b[1::11] = 6e-8 if dtype == np.float16 else 1e-40  # subnormals are finite
+    assert not bool(_cupy_backend._nonfinite(b))
+    for pos in (0, 3, 7, 8, n // 2, n - 6, n - 1):
+        for bad in (np.inf, -np.inf, np.nan):
+            b[pos] = bad
+            assert bool(_cupy_backend._nonfinite(b)), (pos, bad)
+            b[pos] = 1.5
+    assert not bool(_cupy_backend._nonfinite(b[:0]))
+
+
+def test_auto_slots_pack_knows_its_overflow_without_reading_it_back(rng, monkeypatch):
+    # slots="auto" sizes the overflow from the per-tile counts: the pack must not read the
+    # kernel's counter, and must give the same bits as packing with those slots given.
+    x = _activations(rng, 300, 1000, 0.08, np.float32)
+    x[7, :256] = 1.0  # a full tile: overflow for sure
+    want = twell.TwELLMatrix(x, tile_width=256, slots=twell.TwELLMatrix(x).slots)
+    csr = want.tocsr()
+
+    def no_read_back(counter):
+        raise AssertionError("the overflow size was read back")
+
+    monkeypatch.setattr(_cupy_backend, "_overflow_size", no_read_back)
+    for src in (x, csr):
+        got = twell.TwELLMatrix(src, tile_width=256)
+        assert got.slots == want.slots and got.overflow_indices.size > 0
+        for f in ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+                  "overflow_data"):
+            assert cupy.array_equal(getattr(got, f).view(np.uint8),
+                                    getattr(want, f).view(np.uint8)), f

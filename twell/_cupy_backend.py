@@ -24,6 +24,9 @@ _MODE_COUNT, _MODE_SLOTS, _MODE_OVERFLOW = 0, 1, 2
 
 _i32, _i64 = np.int32, np.int64
 
+#: Blocks of the grid-stride reductions of reduce.cu: enough to fill any current GPU.
+_REDUCE_BLOCKS = 1024
+
 #: CUDA's limit on gridDim.y (gridDim.x allows 2**31 - 1 blocks).
 _MAX_GRID_Y = 65535
 
@@ -70,6 +73,40 @@ def _overflow_counter():
 def _overflow_size(counter):
     """Value of an overflow counter filled by a kModeSlots pack launch (one host sync)."""
     return int(counter.get()[0])  # device-to-host sync: the overflow size
+
+
+def count_histogram(counts, size):
+    """Histogram of integer counts: int64 ``hist`` of ``size + 1`` bins.
+
+    ``hist[c]`` (``c < size``) is the number of counts equal to ``c`` and ``hist[size]`` the
+    number outside ``[0, size)``. One kernel (``twell_count_histogram``, integer atomics: the
+    same result in any order) and no host synchronisation; ``cupy.bincount`` synchronises
+    twice before it starts (a negativity check and the maximum).
+    """
+    flat = cupy.ascontiguousarray(counts, dtype=_layout.COUNT_DTYPE).reshape(-1)
+    hist = cupy.zeros(size + 1, dtype=np.uint64)
+    if flat.size:
+        kernel = _kernels.function("reduce.cu", "twell_count_histogram")
+        # Grid-stride loop over the counts.
+        kernel((min(_blocks(flat.size, _BLOCK)[0], _REDUCE_BLOCKS),), (_BLOCK,), (
+            flat, _i64(flat.size), _i32(size), hist))
+    return hist.view(np.int64)
+
+
+def _nonfinite(b):
+    """Device bool scalar: whether the C-contiguous 16-bit ``b`` holds an Inf or a NaN.
+
+    One pass of ``twell_find_nonfinite`` over the bits; ``cupy.isfinite(b).all()`` would
+    write and then reduce a boolean array as large as ``b``.
+    """
+    found = cupy.zeros((), dtype=bool)
+    if b.size:
+        vec = _vec(b.dtype, _aligned(b))
+        kernel = _kernels.function("reduce.cu", _expr("twell_find_nonfinite", b.dtype, vec))
+        # Grid-stride loop over the 16-byte vectors (or values).
+        kernel((min(_blocks(-(-b.size // vec), _BLOCK)[0], _REDUCE_BLOCKS),), (_BLOCK,), (
+            b, _i64(b.size), found))
+    return found
 
 
 def _overflow_offsets(totals, slots):
@@ -151,13 +188,14 @@ def tile_counts_dense(dense, tile_width):
     return totals
 
 
-def pack_dense(dense, tile_width, slots):
+def pack_dense(dense, tile_width, slots, n_over=None):
     """Dense matrix -> TwELL parts (NaN and Inf count as non-zeros).
 
     One pass over the dense matrix writes the slots and counts the entries
     past them; only when there are some, a prefix sum sizes the overflow and a
     second pass, over the overflowing tiles only, writes it. Synchronises once
-    with the host (reading that count) to size the overflow.
+    with the host (reading that count) to size the overflow, unless the caller
+    knows it exactly (``n_over``, from the per-tile counts of ``slots="auto"``).
     """
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
@@ -166,7 +204,8 @@ def pack_dense(dense, tile_width, slots):
     counter = _overflow_counter()
     _launch_pack_dense(dense, tile_width, slots, _MODE_SLOTS, totals, parts,
                        parts.overflow_indptr, counter)
-    n_over = _overflow_size(counter)
+    if n_over is None:
+        n_over = _overflow_size(counter)
     if n_over == 0:
         return parts
     offset = _overflow_offsets(totals, slots)
@@ -190,8 +229,12 @@ def _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, mode, tota
         parts.overflow_data, counter))
 
 
-def pack_csr(indptr, indices, data, shape, tile_width, slots):
-    """Canonical CSR -> TwELL parts. Synchronises once with the host to size the overflow."""
+def pack_csr(indptr, indices, data, shape, tile_width, slots, n_over=None):
+    """Canonical CSR -> TwELL parts.
+
+    Synchronises once with the host to size the overflow, unless the caller knows it
+    exactly (``n_over``, as for :func:`pack_dense`).
+    """
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
     indptr = cupy.ascontiguousarray(indptr, dtype=np.int64)
@@ -202,7 +245,8 @@ def pack_csr(indptr, indices, data, shape, tile_width, slots):
     counter = _overflow_counter()
     _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, _MODE_SLOTS, totals,
                      parts, parts.overflow_indptr, counter)
-    n_over = _overflow_size(counter)
+    if n_over is None:
+        n_over = _overflow_size(counter)
     if n_over == 0:
         return parts
     offset = _overflow_offsets(totals, slots)
@@ -374,8 +418,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None):
     if mma_shape is not None and -(-m // (_GROUP_ROWS * mma_shape[0] * mma_shape[1])) > _MAX_GRID_Y:
         mma_shape = None  # its row blocks are grid y: too many rows for the tensor-core kernel
     if mma_shape is not None:
-        finite = cupy.isfinite(b).all()
-        run_rows = ~finite
+        run_rows = _nonfinite(b)
+        finite = ~run_rows
         _spmm_mma(parts, shape, tile_width, b, finite, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
     kernel = _kernels.function("spmm.cu", _expr("twell_spmm_rows", out_dtype, vec))

@@ -74,6 +74,9 @@ INSTANCES = {
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
                    for w, g, st in MMA_SHAPES]),
+    "reduce.cu": (["twell_count_histogram"]
+                  + [f"twell_find_nonfinite<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
+                     for v in (1, vector_width(d))]),
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
                + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")),
 }

@@ -59,14 +59,30 @@ def tile_counts_dense(dense, tile_width):
     return np.add.reduceat(nonzero, starts, axis=1, dtype=_layout.COUNT_DTYPE)
 
 
-def pack_dense(dense, tile_width, slots):
-    """Dense matrix -> TwELL parts. NaN and Inf count as non-zeros."""
+def count_histogram(counts, size):
+    """Histogram of integer counts: int64 ``hist`` of ``size + 1`` bins.
+
+    ``hist[c]`` (``c < size``) is the number of counts equal to ``c`` and ``hist[size]`` the
+    number outside ``[0, size)``.
+    """
+    flat = counts.reshape(-1)
+    inside = (flat >= 0) & (flat < size)
+    hist = np.bincount(flat[inside], minlength=size).astype(np.int64)
+    return np.append(hist, np.int64(flat.size - int(inside.sum())))
+
+
+def pack_dense(dense, tile_width, slots, n_over=None):
+    """Dense matrix -> TwELL parts. NaN and Inf count as non-zeros.
+
+    ``n_over`` (the overflow size, when the caller knows it) is for the GPU twin, which would
+    otherwise read it back; here it is not needed.
+    """
     rows, cols = np.nonzero(is_nonzero(dense))  # row-major order: sorted by (row, column)
     return pack_sorted_coo(rows, cols, dense[rows, cols], dense.shape, tile_width, slots)
 
 
-def pack_csr(indptr, indices, data, shape, tile_width, slots):
-    """Canonical CSR -> TwELL parts."""
+def pack_csr(indptr, indices, data, shape, tile_width, slots, n_over=None):
+    """Canonical CSR -> TwELL parts (``n_over``: as for :func:`pack_dense`)."""
     rows = expand_indptr(indptr, indices.size)
     return pack_sorted_coo(rows, indices, data, shape, tile_width, slots)
 

@@ -705,27 +705,43 @@ def _pack(src, tile_width, slots):
     """Dense or CSR input -> Parts, choosing slots when asked for "auto".
 
     Every TwELL matrix that twell builds passes here: the storage limit is checked
-    before the per-(row, tile) arrays are allocated.
+    before the per-(row, tile) arrays are allocated. With ``slots="auto"`` the per-tile
+    counts give the overflow size too, so the pack need not read it back from the GPU.
     """
     be = _backend_of(_backend.array_module(src.data if src.kind == "csr" else src.array))
     check_storage(src.shape, tile_width, 1 if slots == "auto" else slots)
-    if src.kind == "dense":
-        if slots == "auto":
-            slots = _auto_slots(be.tile_counts_dense(src.array, tile_width), tile_width)
-            check_storage(src.shape, tile_width, slots)
-        return be.pack_dense(src.array, tile_width, slots)
+    n_over = None
     if slots == "auto":
-        counts = be.tile_counts_csr(src.indptr, src.indices, src.shape, tile_width)
-        slots = _auto_slots(counts, tile_width)
+        if src.kind == "dense":
+            counts = be.tile_counts_dense(src.array, tile_width)
+        else:
+            counts = be.tile_counts_csr(src.indptr, src.indices, src.shape, tile_width)
+        hist = _tile_counts_histogram(counts, tile_width)
+        slots = _layout.auto_slots(hist, tile_width)
+        n_over = _layout.slot_overflow(hist, slots)
         check_storage(src.shape, tile_width, slots)
-    return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots)
+    if src.kind == "dense":
+        return be.pack_dense(src.array, tile_width, slots, n_over=n_over)
+    return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots,
+                       n_over=n_over)
+
+
+def _tile_counts_histogram(tile_counts, tile_width):
+    """``hist[c]``: how many (row, tile) pairs hold ``c`` non-zeros (NumPy int64).
+
+    On the GPU: one kernel and one small device-to-host copy, the only synchronisation.
+    """
+    be = _backend_of(_backend.array_module(tile_counts))
+    hist = _backend.to_numpy(be.count_histogram(tile_counts, tile_width + 1))
+    if hist[-1]:
+        raise RuntimeError(f"internal error: {int(hist[-1])} per-tile counts outside "
+                           f"[0, {tile_width}]")
+    return hist[:-1]
 
 
 def _auto_slots(tile_counts, tile_width):
     """``slots="auto"`` from per-tile counts (one small device-to-host copy on the GPU)."""
-    xp = _backend.array_module(tile_counts)
-    hist = xp.bincount(tile_counts.reshape(-1), minlength=1)
-    return _layout.auto_slots(_backend.to_numpy(hist), tile_width)
+    return _layout.auto_slots(_tile_counts_histogram(tile_counts, tile_width), tile_width)
 
 
 def _sparse_type(xp, fmt, dtype):
