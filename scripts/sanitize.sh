@@ -12,16 +12,24 @@
 # none) bounds each run; a run cut short says so in its summary line.
 # JOBS > 1 deals the tests into JOBS shards (every JOBS-th test, TWELL_SHARD in
 # tests/conftest.py) and runs every (tool, shard) pair at once, TOOLS x JOBS processes sharing
-# the GPU; SHARDS="1 4" runs only those shards (say, to rerun them). Each process appends its tests' durations to $OUT/NAME.durations as they end.
+# the GPU; SHARDS="1 4" runs only those shards (say, to rerun them). Each process appends its
+# tests' durations to $OUT/NAME.durations as they end.
 # KERNELS=twell_ instruments only the kernels whose names contain that text (compute-sanitizer
-# --kernel-name kns=...): twell's own kernels, with CuPy's (cumsum, sort, nonzero, ...) run
-# at full speed and unchecked. Without it every kernel is checked; CuPy's nonzero scan then
-# draws racecheck warnings of its own (2026-12-03, H200).
+# --kernel-name kns=...) under memcheck and racecheck: twell's own kernels, with CuPy's
+# (cumsum, sort, nonzero, ...) at full speed and unchecked. Without it every kernel is
+# checked; CuPy's nonzero scan then draws racecheck warnings of its own (2026-12-03, H200).
+# initcheck ignores KERNELS: it then stops tracking what the skipped kernels write, and
+# reports their outputs as uninitialised when twell's kernels or a copy read them (35 k false
+# reports in one test, 2026-12-03, H200; with the filter, a whole-suite run got through 43
+# tests in 470 s, while without it one of the heaviest tests ran as fast as with no sanitizer).
+# POOL=1 keeps CuPy's memory pool (faster; an access that lands in another pooled block, or a
+# read of a reused block that an earlier array wrote, then goes unseen).
 set -uo pipefail
 out=${OUT:-sanitize-logs}
 jobs=${JOBS:-1}
 mkdir -p "$out"
-export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=sanitize TWELL_NO_MEMORY_POOL=1
+export PYTHONPATH=. PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=sanitize
+[ -z "${POOL:-}" ] && export TWELL_NO_MEMORY_POOL=1
 [ $# -eq 0 ] && set -- tests -k "not numpy" -m "not slow"
 limit=()
 [ -n "${TIMEOUT:-}" ] && limit=(timeout "$TIMEOUT")
@@ -31,7 +39,7 @@ run() {  # run TOOL NAME SHARD PYTEST-ARGS...: one sanitizer process, its exit s
     shift 3
     # racecheck: shared-memory hazards; initcheck: reads of never-written device memory.
     [ "$tool" = racecheck ] && extra=(--racecheck-report analysis)
-    [ -n "${KERNELS:-}" ] && extra+=(--kernel-name "kns=$KERNELS")
+    [ -n "${KERNELS:-}" ] && [ "$tool" != initcheck ] && extra+=(--kernel-name "kns=$KERNELS")
     TWELL_SHARD=$shard TWELL_TEST_LOG="$out/$name.durations" \
         "${limit[@]}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
         --log-file "$out/$name.log" python3 -m pytest -q -p no:cacheprovider "$@" \
