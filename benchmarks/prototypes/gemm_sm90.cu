@@ -1,0 +1,173 @@
+// gemm_sm90.cu: PROTOTYPE, never run yet (written 2026-12-03 without a GPU). Not part of the
+// package: benchmarks/prototypes/gemm_sm90.py compiles it with NVRTC for sm_90a, checks it
+// against cupy.matmul and times it. It is the GEMM half of a Hopper twell_matmul_pack: once it
+// is correct and fast, the pack epilogue of cuda_src/ffn.cu moves behind it.
+//
+// out = relu(x @ w^T) rounded to bf16; x (M, K), w (N, K), out (M, N) row-major bf16 bits,
+// K % 8 == 0, 16-byte aligned.
+//   Block tile 128 x 256 x 64, 256 threads = 2 warpgroups, each wgmma m64n256k16 on its 64 rows
+//   (128 fp32 accumulators a thread). kStages-deep cp.async pipeline into shared memory laid out
+//   as the hardware's 128-byte swizzle expects for K-major operands: row r of a stage tile at
+//   r * 128 bytes, its 16-byte chunk c at (c ^ (r % 8)) * 16, tiles 1024-byte aligned; so the
+//   wgmma descriptors are: start >> 4, stride byte offset 1024 (8 rows), layout "128B swizzle";
+//   k step kk of a 64-deep stage starts kk * 32 bytes into the row.
+//   Order per k tile: wait for the stage's copies, fence.proxy.async (cp.async writes are
+//   generic-proxy writes; wgmma reads through the async proxy), barrier, issue the copies of the
+//   stage kStages - 1 ahead (it was consumed by the previous k tile, whose wgmma every warpgroup
+//   has waited for), then the 4 wgmma of this tile, commit, wait.
+// Floors (H200, M = 16384, K = 2048, N = 5632): 378 GFLOP at ~790 TFLOP/s = 0.48 ms (cuBLAS
+// 0.485 ms measured); this v1 waits for each tile's wgmma before the next barrier, so expect
+// ~0.6-0.8 ms (cf. mma.sync twell_matmul_pack: 1.30 ms).
+
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4;
+constexpr int kThreads = 256;
+constexpr int kVec = 8;                                   // bf16 values per 16-byte chunk
+constexpr int kChunks = kBK / kVec;                       // 8 chunks per 128-byte row
+constexpr int kRowsPerPass = kThreads / kChunks;          // 32
+constexpr int kALoads = kBM / kRowsPerPass, kBLoads = kBN / kRowsPerPass;  // 4, 8
+constexpr int kAStage = kBM * kBK, kBStage = kBN * kBK;   // values per stage
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kBK + ((chunk ^ (row & 7)) * kVec);
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled operand.
+__device__ __forceinline__ unsigned long long descriptor(const void* tile) {
+  const unsigned long long start = (smem_u32(tile) & 0x3ffffu) >> 4;
+  const unsigned long long lead = 1;             // unused by swizzled K-major layouts
+  const unsigned long long stride = 1024 >> 4;   // 8 rows of 128 bytes
+  return start | (lead << 16) | (stride << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long a,
+                                                 unsigned long long b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, accumulate, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float relu(float v) { return v < 0.0f ? 0.0f : v; }
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+proto_gemm_relu_sm90(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                     long long n_rows, long long n_cols, long long depth,
+                     unsigned short* __restrict__ out) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // Align by hand too: the 128-byte swizzle needs 1024-byte aligned tiles.
+  unsigned short* const smem = reinterpret_cast<unsigned short*>(
+      smem_raw + ((1024 - (smem_u32(smem_raw) & 1023u)) & 1023u));
+  const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, warp = t / 32, lane = tid % 32;
+  const long long col_blocks = (n_cols + kBN - 1) / kBN;
+  const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
+  const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
+  const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
+
+  const int chunk = tid % kChunks, row0 = tid / kChunks;
+  auto load_stage = [&](int stage, int kt) {
+    unsigned short* const a_s = smem + stage * (kAStage + kBStage);
+    unsigned short* const b_s = a_s + kAStage;
+    const long long k = static_cast<long long>(kt) * kBK + chunk * kVec;
+    const bool k_ok = k < depth;
+#pragma unroll
+    for (int i = 0; i < kALoads; ++i) {
+      const long long r = m0 + row0 + i * kRowsPerPass;
+      const bool ok = k_ok && r < n_rows;
+      cp_async16(a_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? x + r * depth + k : x, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kBLoads; ++i) {
+      const long long r = n0 + row0 + i * kRowsPerPass;
+      const bool ok = k_ok && r < n_cols;
+      cp_async16(b_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? w + r * depth + k : w, ok);
+    }
+  };
+
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    asm volatile("cp.async.commit_group;\n");
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
+    asm volatile("cp.async.commit_group;\n");
+    const unsigned short* const a_s = smem + (kt % kStages) * (kAStage + kBStage);
+    const unsigned short* const b_s = a_s + kAStage;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      // Rows wg * 64 .. + 63 of the A tile (8 KB in: 1024-byte aligned); k step kk is 32 bytes
+      // into every 128-byte row (descriptor start advances by 2 units of 16 bytes).
+      const unsigned long long a = descriptor(a_s + wg * 64 * kBK) + 2 * kk;
+      const unsigned long long b = descriptor(b_s) + 2 * kk;
+      wgmma_m64n256k16(d, a, b);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+
+  // Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): d[4j + i] is row
+  // 16 * warp + lane / 4 + 8 * (i / 2), column 8 * j + 2 * (lane % 4) + i % 2.
+#pragma unroll
+  for (int j = 0; j < 32; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
+      const long long col = n0 + 8 * j + 2 * (lane % 4);
+      if (row >= n_rows || col >= n_cols) continue;
+      const unsigned v = pack_bf16x2(relu(d[4 * j + 2 * h]), relu(d[4 * j + 2 * h + 1]));
+      if (col + 1 < n_cols && ((row * n_cols + col) & 1) == 0) {
+        *reinterpret_cast<unsigned*>(out + row * n_cols + col) = v;
+      } else {
+        out[row * n_cols + col] = static_cast<unsigned short>(v & 0xffffu);
+        if (col + 1 < n_cols) out[row * n_cols + col + 1] = static_cast<unsigned short>(v >> 16);
+      }
+    }
+}
