@@ -6,7 +6,10 @@ translation unit makes nvcc compile it. Prints ptxas' register, shared
 memory and spill report; exits non-zero on any compile error, and on spills
 unless ``--allow-spills``.
 
-Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90
+Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90 [--prototypes]
+
+``--prototypes`` also compiles ``benchmarks/prototypes/*.cu`` (standalone kernels not yet
+run, outside the package) for sm_90a, so that they do not rot while they wait for a GPU.
 """
 
 import argparse
@@ -27,6 +30,8 @@ def main():
     parser.add_argument("--arch", action="append", default=[], help="e.g. sm_80 (repeatable)")
     parser.add_argument("--nvcc", default="nvcc")
     parser.add_argument("--allow-spills", action="store_true")
+    parser.add_argument("--prototypes", action="store_true",
+                        help="also compile benchmarks/prototypes/*.cu for sm_90a")
     args = parser.parse_args()
     archs = args.arch or ["sm_80", "sm_90"]
     src = ROOT / "cuda_src"
@@ -62,6 +67,26 @@ def main():
         if not args.allow_spills:
             sys.exit("register spills found (pass --allow-spills to accept)")
     print(f"compiled {sum(len(v) for v in _kernels.INSTANCES.values())} kernels for {archs}: OK")
+    if args.prototypes:
+        _compile_prototypes(args.nvcc)
+
+
+def _compile_prototypes(nvcc):
+    """Each prototype is one self-contained source with extern "C" kernels (sm_90a)."""
+    sources = sorted((ROOT / "benchmarks" / "prototypes").glob("*.cu"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in sources:
+            print(f"== prototype {path.name} sm_90a", flush=True)
+            res = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", "-cubin", "-Xptxas", "-v",
+                                  "-o", str(pathlib.Path(tmp) / "p.cubin"), str(path)],
+                                 capture_output=True, text=True)
+            for line in (res.stdout + res.stderr).splitlines():
+                if any(w in line for w in ("Compiling entry", "Used", "spill", "error",
+                                           "warning")):
+                    print("  " + line.strip().replace("ptxas info    : ", ""))
+            if res.returncode:
+                sys.exit(f"prototype {path.name} failed to compile")
+    print(f"compiled {len(sources)} prototype sources for sm_90a: OK")
 
 
 if __name__ == "__main__":

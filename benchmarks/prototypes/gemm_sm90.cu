@@ -13,11 +13,11 @@
 //   k step kk of a 64-deep stage starts kk * 32 bytes into the row.
 //   Order per k tile: wait for the stage's copies, fence.proxy.async (cp.async writes are
 //   generic-proxy writes; wgmma reads through the async proxy), barrier, issue the copies of the
-//   stage kStages - 1 ahead (it was consumed by the previous k tile, whose wgmma every warpgroup
-//   has waited for), then the 4 wgmma of this tile, commit, wait.
+//   tile kAhead ahead into the stage whose wgmma every warpgroup has waited for, then the 4
+//   wgmma of this tile, commit, wait until at most kInFlight groups are pending (v1: 0, v2: 1).
 // Floors (H200, M = 16384, K = 2048, N = 5632): 378 GFLOP at ~790 TFLOP/s = 0.48 ms (cuBLAS
-// 0.485 ms measured); this v1 waits for each tile's wgmma before the next barrier, so expect
-// ~0.6-0.8 ms (cf. mma.sync twell_matmul_pack: 1.30 ms).
+// 0.485 ms measured); v1 waits for each tile's wgmma before the next barrier: expect ~0.6-0.8
+// ms (cf. mma.sync twell_matmul_pack: 1.30 ms); v2 keeps one group in flight: ~0.55-0.7 ms.
 
 namespace {
 
@@ -88,10 +88,21 @@ __device__ __forceinline__ float relu(float v) { return v < 0.0f ? 0.0f : v; }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-proto_gemm_relu_sm90(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
-                     long long n_rows, long long n_cols, long long depth,
-                     unsigned short* __restrict__ out) {
+// Pins the accumulators in their registers around asynchronous wgmma (a no-op for the GPU).
+__device__ __forceinline__ void fence_operands(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// kInFlight wgmma groups stay in flight across the next barrier (0: v1, 1: v2). With one in
+// flight, the copies run kStages - 2 tiles ahead instead of kStages - 1: the stage a copy
+// overwrites must be two tiles old, since the previous tile's wgmma may still be reading.
+template <int kInFlight>
+__device__ __forceinline__ void gemm_relu(const unsigned short* __restrict__ x,
+                                          const unsigned short* __restrict__ w,
+                                          long long n_rows, long long n_cols, long long depth,
+                                          unsigned short* __restrict__ out) {
+  constexpr int kAhead = kStages - 1 - kInFlight;  // tiles whose copies are issued ahead
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // Align by hand too: the 128-byte swizzle needs 1024-byte aligned tiles.
   unsigned short* const smem = reinterpret_cast<unsigned short*>(
@@ -127,18 +138,19 @@ proto_gemm_relu_sm90(const unsigned short* __restrict__ x, const unsigned short*
   for (int i = 0; i < 128; ++i) d[i] = 0.0f;
 
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kAhead; ++s) {
     if (s < k_tiles) load_stage(s, s);
     asm volatile("cp.async.commit_group;\n");
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
-    if (kt + kStages - 1 < k_tiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
+    if (kt + kAhead < k_tiles) load_stage((kt + kAhead) % kStages, kt + kAhead);
     asm volatile("cp.async.commit_group;\n");
     const unsigned short* const a_s = smem + (kt % kStages) * (kAStage + kBStage);
     const unsigned short* const b_s = a_s + kAStage;
+    fence_operands(d);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -149,8 +161,11 @@ proto_gemm_relu_sm90(const unsigned short* __restrict__ x, const unsigned short*
       wgmma_m64n256k16(d, a, b);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kInFlight) : "memory");
+    fence_operands(d);
   }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_operands(d);
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
   // Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): d[4j + i] is row
@@ -170,4 +185,18 @@ proto_gemm_relu_sm90(const unsigned short* __restrict__ x, const unsigned short*
         if (col + 1 < n_cols) out[row * n_cols + col + 1] = static_cast<unsigned short>(v >> 16);
       }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+proto_gemm_relu_sm90(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                     long long n_rows, long long n_cols, long long depth,
+                     unsigned short* __restrict__ out) {
+  gemm_relu<0>(x, w, n_rows, n_cols, depth, out);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+proto_gemm_relu_sm90_v2(const unsigned short* __restrict__ x,
+                        const unsigned short* __restrict__ w, long long n_rows,
+                        long long n_cols, long long depth, unsigned short* __restrict__ out) {
+  gemm_relu<1>(x, w, n_rows, n_cols, depth, out);
 }
