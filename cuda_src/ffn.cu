@@ -26,7 +26,7 @@
 // launcher reruns the GEMM with a buffer of exactly spill_used entries: nothing is dropped.
 #include "twell_layout.cuh"
 #include "mma.cuh"
-#include "pack_warp.cuh"
+#include "matmul_pack.cuh"
 
 using namespace twell;
 
@@ -194,43 +194,9 @@ twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_
       }
   __syncthreads();
 
-  // Pack: warp w takes rows w, w + 8, ...; lane l holds columns 8l .. 8l + 7 of the block.
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const long long tile0 = n0 / tile_width;
-  const int lanes_per_tile = tile_width / kVec;
-  for (int r = warp; r < kBM; r += kThreads / kWarp) {
-    const long long row = m0 + r;
-    if (row >= n_rows) break;  // whole warp
-    const Vec<T, kVec> chunk = *reinterpret_cast<const Vec<T, kVec>*>(stage + r * kPitch + lane * kVec);
-    T v[kVec];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i)  // columns past N hold act(0 * x), which may be NaN
-      v[i] = n0 + lane * kVec + i < n_cols ? chunk.v[i] : Value<T>::zero();
-    for (int t = 0; t < kBN / tile_width; ++t) {
-      const long long tile = tile0 + t;
-      if (tile >= tiles) break;  // whole warp
-      const bool mine = lane / lanes_per_tile == t;
-      T u[kVec];
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) u[i] = mine ? v[i] : Value<T>::zero();
-      const long long pair = row * tiles + tile;
-      const long long col0 = tile * tile_width;
-      const int j0 = lane * kVec - t * tile_width;  // column in the tile (used when mine)
-      const int total = pack_chunk<T, kVec>(u, j0, 0, lane, kModeSlots, pair, col0, slots, data,
-                                            indices, 0, nullptr, nullptr);
-      finish_pair<T>(total, lane, kModeSlots, pair, slots, totals, counts, data, indices);
-      if (total > slots) {  // whole warp
-        unsigned long long start = 0;
-        if (lane == 0) start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
-        start = __shfl_sync(kFullMask, start, 0);
-        const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
-        if (lane == 0) spill_start[pair] = fits ? static_cast<long long>(start) : -1;
-        if (fits)
-          pack_chunk<T, kVec>(u, j0, 0, lane, kModeOverflow, pair, col0, slots, nullptr, nullptr,
-                              static_cast<long long>(start), spill_indices, spill_data);
-      }
-    }
-  }
+  pack_staged_block<T, kBM, kBN, kPitch, kThreads / kWarp>(
+      stage, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data, indices,
+      spill_start, spill_indices, spill_data, spill_capacity, spill_used, warp, lane);
 }
 
 // Spilled runs -> overflow: pair p's max(totals[p] - S, 0) entries move from spill_start[p] to
