@@ -72,12 +72,14 @@ def main():
 
 
 def _compile_prototypes(nvcc):
-    """Each prototype is one self-contained source with extern "C" kernels (sm_90a)."""
+    """Each prototype is one source with extern "C" kernels (sm_90a); it may include the
+    headers of cuda_src."""
     sources = sorted((ROOT / "benchmarks" / "prototypes").glob("*.cu"))
     with tempfile.TemporaryDirectory() as tmp:
         for path in sources:
             print(f"== prototype {path.name} sm_90a", flush=True)
-            res = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", "-cubin", "-Xptxas", "-v",
+            res = subprocess.run([nvcc, *_kernels.OPTIONS, "-arch=sm_90a", "-cubin", "-Xptxas",
+                                  "-v", f"-I{ROOT / 'cuda_src'}",
                                   "-o", str(pathlib.Path(tmp) / "p.cubin"), str(path)],
                                  capture_output=True, text=True)
             for line in (res.stdout + res.stderr).splitlines():

@@ -1,10 +1,14 @@
-// gemm_sm90.cu: PROTOTYPE, never run yet (written 2026-12-03 without a GPU). Not part of the
-// package: benchmarks/prototypes/gemm_sm90.py compiles it with NVRTC for sm_90a, checks it
-// against cupy.matmul and times it. It is the GEMM half of a Hopper twell_matmul_pack: once it
-// is correct and fast, the pack epilogue of cuda_src/ffn.cu moves behind it.
+// matmul_pack_sm90.cu: PROTOTYPE, never run yet (written 2026-12-03 without a GPU). Not part
+// of the package: benchmarks/prototypes/matmul_pack_sm90.py compiles it with NVRTC for sm_90a
+// (with -I cuda_src), checks it and times it. The Hopper twell_matmul_pack: wgmma GEMM, then
+// the same packing epilogue as cuda_src/ffn.cu (matmul_pack.cuh).
 //
-// out = relu(x @ w^T) rounded to bf16; x (M, K), w (N, K), out (M, N) row-major bf16 bits,
-// K % 8 == 0, 16-byte aligned.
+// Kernels (bf16 only):
+//   proto_gemm_relu_sm90, proto_gemm_relu_sm90_v2: out = relu(x @ w^T) rounded to bf16, dense
+//     (the GEMM alone, to check and time it apart from the packing);
+//   proto_matmul_pack_sm90: the arguments and results of twell_matmul_pack<__nv_bfloat16>
+//     (the script swaps it in for that kernel and runs twell.matmul_to_twell).
+// x (M, K), w (N, K) row-major, K % 8 == 0, 16-byte aligned.
 //   Block tile 128 x 256 x 64, 256 threads = 2 warpgroups, each wgmma m64n256k16 on its 64 rows
 //   (128 fp32 accumulators a thread). kStages-deep cp.async pipeline into shared memory laid out
 //   as the hardware's 128-byte swizzle expects for K-major operands: row r of a stage tile at
@@ -18,6 +22,11 @@
 // Floors (H200, M = 16384, K = 2048, N = 5632): 378 GFLOP at ~790 TFLOP/s = 0.48 ms (cuBLAS
 // 0.485 ms measured); v1 waits for each tile's wgmma before the next barrier: expect ~0.6-0.8
 // ms (cf. mma.sync twell_matmul_pack: 1.30 ms); v2 keeps one group in flight: ~0.55-0.7 ms.
+#include "twell_layout.cuh"
+#include "mma.cuh"
+#include "matmul_pack.cuh"
+
+using namespace twell;
 
 namespace {
 
@@ -29,22 +38,13 @@ constexpr int kRowsPerPass = kThreads / kChunks;          // 32
 constexpr int kALoads = kBM / kRowsPerPass, kBLoads = kBN / kRowsPerPass;  // 4, 8
 constexpr int kAStage = kBM * kBK, kBStage = kBN * kBK;   // values per stage
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kBK + ((chunk ^ (row & 7)) * kVec);
 }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-               :: "r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
-}
-
 // Shared-memory matrix descriptor of a K-major, 128-byte-swizzled operand.
 __device__ __forceinline__ unsigned long long descriptor(const void* tile) {
-  const unsigned long long start = (smem_u32(tile) & 0x3ffffu) >> 4;
+  const unsigned long long start = (smem_address(tile) & 0x3ffffu) >> 4;
   const unsigned long long lead = 1;             // unused by swizzled K-major layouts
   const unsigned long long stride = 1024 >> 4;   // 8 rows of 128 bytes
   return start | (lead << 16) | (stride << 32) | (1ull << 62);
@@ -94,25 +94,22 @@ __device__ __forceinline__ void fence_operands(float (&d)[128]) {
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// kInFlight wgmma groups stay in flight across the next barrier (0: v1, 1: v2). With one in
-// flight, the copies run kStages - 2 tiles ahead instead of kStages - 1: the stage a copy
-// overwrites must be two tiles old, since the previous tile's wgmma may still be reading.
+// The block's 128 x 256 tile of x @ w^T in d (fp32, the wgmma layout), smem: the aligned
+// dynamic shared memory (kStages stages). kInFlight wgmma groups stay in flight across the next
+// barrier (0: v1, 1: v2). With one in flight, the copies run kStages - 2 tiles ahead instead of
+// kStages - 1: the stage a copy overwrites must be two tiles old, since the previous tile's
+// wgmma may still be reading it. On return this warpgroup's wgmma and this thread's copies
+// have completed; callers that reuse the shared memory put a barrier first (the other
+// warpgroup may still be in its last wgmma).
 template <int kInFlight>
-__device__ __forceinline__ void gemm_relu(const unsigned short* __restrict__ x,
-                                          const unsigned short* __restrict__ w,
-                                          long long n_rows, long long n_cols, long long depth,
-                                          unsigned short* __restrict__ out) {
+__device__ __forceinline__ void gemm_block(const unsigned short* __restrict__ x,
+                                           const unsigned short* __restrict__ w,
+                                           long long n_rows, long long n_cols, long long depth,
+                                           long long m0, long long n0, unsigned short* smem,
+                                           float (&d)[128]) {
   constexpr int kAhead = kStages - 1 - kInFlight;  // tiles whose copies are issued ahead
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  // Align by hand too: the 128-byte swizzle needs 1024-byte aligned tiles.
-  unsigned short* const smem = reinterpret_cast<unsigned short*>(
-      smem_raw + ((1024 - (smem_u32(smem_raw) & 1023u)) & 1023u));
-  const int tid = threadIdx.x, wg = tid / 128, t = tid % 128, warp = t / 32, lane = tid % 32;
-  const long long col_blocks = (n_cols + kBN - 1) / kBN;
-  const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
-  const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
+  const int tid = threadIdx.x, wg = tid / 128;
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
-
   const int chunk = tid % kChunks, row0 = tid / kChunks;
   auto load_stage = [&](int stage, int kt) {
     unsigned short* const a_s = smem + stage * (kAStage + kBStage);
@@ -133,10 +130,8 @@ __device__ __forceinline__ void gemm_relu(const unsigned short* __restrict__ x,
     }
   };
 
-  float d[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < k_tiles) load_stage(s, s);
@@ -167,9 +162,29 @@ __device__ __forceinline__ void gemm_relu(const unsigned short* __restrict__ x,
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_operands(d);
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
-  // Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): d[4j + i] is row
-  // 16 * warp + lane / 4 + 8 * (i / 2), column 8 * j + 2 * (lane % 4) + i % 2.
+// The dynamic shared memory, aligned by hand to 1024 bytes (the 128-byte swizzle needs it; the
+// launcher allocates 1024 bytes of slack).
+__device__ __forceinline__ unsigned short* aligned_smem() {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  return reinterpret_cast<unsigned short*>(
+      smem_raw + ((1024 - (smem_address(smem_raw) & 1023u)) & 1023u));
+}
+
+// Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): d[4j + i] is row
+// 64 * wg + 16 * warp + lane / 4 + 8 * (i / 2), column 8 * j + 2 * (lane % 4) + i % 2.
+template <int kInFlight>
+__device__ __forceinline__ void gemm_relu(const unsigned short* __restrict__ x,
+                                          const unsigned short* __restrict__ w,
+                                          long long n_rows, long long n_cols, long long depth,
+                                          unsigned short* __restrict__ out) {
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const long long col_blocks = (n_cols + kBN - 1) / kBN;
+  const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
+  const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
+  float d[128];
+  gemm_block<kInFlight>(x, w, n_rows, n_cols, depth, m0, n0, aligned_smem(), d);
 #pragma unroll
   for (int j = 0; j < 32; ++j)
 #pragma unroll
@@ -199,4 +214,42 @@ proto_gemm_relu_sm90_v2(const unsigned short* __restrict__ x,
                         const unsigned short* __restrict__ w, long long n_rows,
                         long long n_cols, long long depth, unsigned short* __restrict__ out) {
   gemm_relu<1>(x, w, n_rows, n_cols, depth, out);
+}
+
+// twell_matmul_pack<__nv_bfloat16>'s contract (cuda_src/ffn.cu), GEMM v2: relu(acc) rounded to
+// bf16 is staged in shared memory (pitch 256 + 8 values: the fragment stores of a warp hit 32
+// distinct banks), then packed by the same pack_staged_block as the mma.sync kernel.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+proto_matmul_pack_sm90(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                       long long n_rows, long long n_cols, long long depth, int tile_width,
+                       int slots, int* __restrict__ totals, int* __restrict__ counts,
+                       __nv_bfloat16* __restrict__ data, unsigned short* __restrict__ indices,
+                       long long* __restrict__ spill_start, int* __restrict__ spill_indices,
+                       __nv_bfloat16* __restrict__ spill_data, long long spill_capacity,
+                       unsigned long long* __restrict__ spill_used) {
+  constexpr int kPitch = kBN + 8;
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const long long col_blocks = (n_cols + kBN - 1) / kBN;
+  const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
+  const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
+  unsigned short* const smem = aligned_smem();
+  float d[128];
+  gemm_block<1>(reinterpret_cast<const unsigned short*>(x),
+                reinterpret_cast<const unsigned short*>(w), n_rows, n_cols, depth, m0, n0, smem,
+                d);
+  __syncthreads();  // the pipeline's shared memory becomes the staging tile
+  __nv_bfloat16* const stage = reinterpret_cast<__nv_bfloat16*>(smem);
+#pragma unroll
+  for (int j = 0; j < 32; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = wg * 64 + 16 * warp + lane / 4 + 8 * h;
+      const int col = 8 * j + 2 * (lane % 4);
+      *reinterpret_cast<unsigned*>(stage + row * kPitch + col) =
+          pack_bf16x2(relu(d[4 * j + 2 * h]), relu(d[4 * j + 2 * h + 1]));
+    }
+  __syncthreads();
+  pack_staged_block<__nv_bfloat16, kBM, kBN, kPitch, kThreads / kWarp>(
+      stage, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data, indices,
+      spill_start, spill_indices, spill_data, spill_capacity, spill_used, tid / kWarp, lane);
 }
