@@ -94,6 +94,29 @@ def test_matrix_auto_slots_follows_the_per_tile_counts(backend, case):
     assert a.n_tiles == -(-case.dense.shape[1] // t)
 
 
+@given(counts=st.lists(st.integers(-3, 40), max_size=300), size=st.integers(1, 40))
+def test_count_histogram_is_bincount_with_an_outside_bin(backend, counts, size):
+    """The backends' histogram of per-tile counts: bins 0..size-1, then everything outside."""
+    counts = np.array(counts, dtype=np.int32).reshape(1, -1)
+    from twell import _backend
+
+    be = _backend.backend(backend.xp)
+    got = backend.to_host(be.count_histogram(backend.asarray(counts), size))
+    flat = counts.ravel()
+    inside = flat[(flat >= 0) & (flat < size)]
+    want = [int(np.sum(inside == c)) for c in range(size)] + [flat.size - inside.size]
+    assert got.dtype == np.int64 and got.tolist() == want
+
+
+def test_auto_slots_refuses_counts_beyond_the_tile_width():
+    # An internal invariant (a count never exceeds its tile's width): broken, it is an error
+    # rather than a silently clipped histogram.
+    from twell._twell import _tile_counts_histogram
+
+    with pytest.raises(RuntimeError, match="outside"):
+        _tile_counts_histogram(np.array([[0, 3, 9]], dtype=np.int32), 8)
+
+
 @gpu_test
 def test_cuda_header_agrees_with_python_layout():
     """cuda_src/twell_layout.cuh computes n_tiles and packed capacities like _layout.py."""
