@@ -56,8 +56,7 @@ def compile_kernels():
     kernels = {}
     for name in (*GEMMS, FUSED):
         fn = module.get_function(name)
-        cupy.cuda.driver.funcSetAttribute(
-            fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, SMEM)
+        fn.max_dynamic_shared_size_bytes = SMEM  # as twell's launchers do
         kernels[name] = fn
     return module, kernels
 
