@@ -10,7 +10,8 @@ repository root:
     PYTHONPATH=. python benchmarks/prototypes/matmul_pack_sm90.py
 
 It compiles with NVRTC directly (CuPy's RawModule adds an -arch of its own, and wgmma needs
-sm_90a) and loads the cubin with ``cupy.cuda.function.Module``.
+sm_90a) and loads the cubin with ``cupy.cuda.function.Module``. It needs CuPy 14 or later
+(bfloat16 arrays).
 """
 
 import contextlib
@@ -33,10 +34,37 @@ GEMMS = ("proto_gemm_relu_sm90", "proto_gemm_relu_sm90_v2")
 FUSED = "proto_matmul_pack_sm90"
 
 
+class Kernel:
+    """A ``cupy.cuda.function.Function`` with the ``max_dynamic_shared_size_bytes`` setter that
+    twell's launchers use (only ``cupy.RawKernel`` has it; a bare Function takes no attributes).
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        raise AttributeError("write-only here")
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, size):
+        driver = cupy.cuda.driver
+        attribute = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+        driver.funcSetAttribute(self.fn.ptr, attribute, size)
+
+
 def _include_options():
+    """-I for cuda_src and for the CUDA headers (NVRTC has no built-in cuda_bf16.h)."""
     opts = [f"-I{_kernels.source_dir()}"]
-    with contextlib.suppress(Exception):  # private CuPy helper: the CUDA headers of the wheel
+    with contextlib.suppress(Exception):  # private CuPy helper (13.3-14.x): the wheel's headers
         opts += list(cupy.cuda.compiler._get_extra_include_dir_opts())
+    with contextlib.suppress(Exception):  # what CuPy 15 uses instead
+        from cuda import pathfinder
+
+        opts.append(f"-I{pathfinder.find_nvidia_header_directory('cudart')}")
     cuda_path = cupy.cuda.get_cuda_path()
     if cuda_path and os.path.isdir(os.path.join(cuda_path, "include")):
         opts.append(f"-I{os.path.join(cuda_path, 'include')}")
@@ -55,15 +83,16 @@ def compile_kernels():
     module.load(nvrtc.getCUBIN(prog))
     kernels = {}
     for name in (*GEMMS, FUSED):
-        fn = module.get_function(name)
-        fn.max_dynamic_shared_size_bytes = SMEM  # as twell's launchers do
+        fn = Kernel(module.get_function(name))
+        fn.max_dynamic_shared_size_bytes = SMEM
         kernels[name] = fn
     return module, kernels
 
 
 @contextlib.contextmanager
 def fused_kernel_swapped_in(fn):
-    """twell.matmul_to_twell runs ``fn`` in place of twell_matmul_pack<__nv_bfloat16>."""
+    """twell.matmul_to_twell runs ``fn`` (a :class:`Kernel`) in place of
+    twell_matmul_pack<__nv_bfloat16>."""
     shipped, smem = _kernels.function, _cupy_backend._MATMUL_SMEM
 
     def function(name, expression):
