@@ -46,15 +46,10 @@ def main():
             unit.write_text(f'#include "{src / name}"\n'
                             f"const void* const twell_ci_instances[] = {{\n  {refs}\n}};\n")
             for arch in archs:
-                cmd = [args.nvcc, *_kernels.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
-                       f"-I{src}", "-o", str(pathlib.Path(tmp) / f"{name}.{arch}.cubin"), str(unit)]
                 print(f"== {name} {arch}", flush=True)
-                res = subprocess.run(cmd, capture_output=True, text=True)
-                report = res.stdout + res.stderr
-                for line in report.splitlines():
-                    if any(w in line for w in ("Compiling entry", "Used", "spill", "error")):
-                        print("  " + line.strip().replace("ptxas info    : ", ""))
-                if res.returncode:
+                returncode, report = _nvcc(args.nvcc, unit, arch,
+                                           pathlib.Path(tmp) / f"{name}.{arch}.cubin")
+                if returncode:
                     print(report)
                     failed.append(f"{name} ({arch})")
                 spills += [f"{name} {arch}: {m}" for m in re.findall(
@@ -71,6 +66,24 @@ def main():
         _compile_prototypes(args.nvcc)
 
 
+_SHOWN = ("Compiling entry", "Used", "spill", "error")
+
+
+def _nvcc(nvcc, source, arch, cubin, shown=_SHOWN):
+    """Compile ``source`` to ``cubin`` with twell's options and -I cuda_src; print the report
+    lines that contain one of ``shown`` (ptxas' registers and spills, errors); return
+    (exit status, report).
+    """
+    res = subprocess.run([nvcc, *_kernels.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
+                          f"-I{ROOT / 'cuda_src'}", "-o", str(cubin), str(source)],
+                         capture_output=True, text=True)
+    report = res.stdout + res.stderr
+    for line in report.splitlines():
+        if any(w in line for w in shown):
+            print("  " + line.strip().replace("ptxas info    : ", ""))
+    return res.returncode, report
+
+
 def _compile_prototypes(nvcc):
     """Each prototype is one source with extern "C" kernels (sm_90a); it may include the
     headers of cuda_src."""
@@ -78,15 +91,11 @@ def _compile_prototypes(nvcc):
     with tempfile.TemporaryDirectory() as tmp:
         for path in sources:
             print(f"== prototype {path.name} sm_90a", flush=True)
-            res = subprocess.run([nvcc, *_kernels.OPTIONS, "-arch=sm_90a", "-cubin", "-Xptxas",
-                                  "-v", f"-I{ROOT / 'cuda_src'}",
-                                  "-o", str(pathlib.Path(tmp) / "p.cubin"), str(path)],
-                                 capture_output=True, text=True)
-            for line in (res.stdout + res.stderr).splitlines():
-                if any(w in line for w in ("Compiling entry", "Used", "spill", "error",
-                                           "warning")):
-                    print("  " + line.strip().replace("ptxas info    : ", ""))
-            if res.returncode:
+            # ptxas warnings too: it warns when it has to serialise wgmma.
+            returncode, report = _nvcc(nvcc, path, "sm_90a", pathlib.Path(tmp) / "p.cubin",
+                                       shown=(*_SHOWN, "warning"))
+            if returncode:
+                print(report)
                 sys.exit(f"prototype {path.name} failed to compile")
     print(f"compiled {len(sources)} prototype sources for sm_90a: OK")
 
