@@ -45,15 +45,12 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
 
-    @property
-    def max_dynamic_shared_size_bytes(self):
-        raise AttributeError("write-only here")
-
-    @max_dynamic_shared_size_bytes.setter
-    def max_dynamic_shared_size_bytes(self, size):
+    def _set_smem(self, size):
         driver = cupy.cuda.driver
         attribute = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
         driver.funcSetAttribute(self.fn.ptr, attribute, size)
+
+    max_dynamic_shared_size_bytes = property(fset=_set_smem)
 
 
 def _include_options():
