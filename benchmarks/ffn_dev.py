@@ -58,6 +58,8 @@ def contenders(w, smax):
             lambda: twell.matmul_to_twell(x, w, slots=max(smax // 2, 1)),
         "twell.matmul_to_twell fused, auto": lambda: twell.matmul_to_twell(x, w),
         f"kernel alone (gb.matmul_pack), S={smax}": lambda: gb.matmul_pack(x, w, 256, smax),
+        f"mma.sync kernel alone (variant='mma'), S={smax}":
+            lambda: gb.matmul_pack(x, w, 256, smax, variant="mma"),
         "gated FFN, dense (3 cupy GEMMs)":
             lambda: (cupy.maximum(x @ w.T, 0) * (x @ wu.T)) @ wd.T,
         f"gated FFN, twell.sparse_ffn S={smax}":

@@ -32,22 +32,11 @@ using namespace twell;
 
 namespace {
 
-constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 3;
-constexpr int kThreads = 256;          // 8 warps: 2 along M x 4 along N
-constexpr int kWM = 64, kWN = 64;      // warp tile
+using namespace twell::gemm;
+
+constexpr int kStages = 3;
+constexpr int kWM = 64, kWN = 64;      // warp tile: 8 warps as 2 along M x 4 along N
 constexpr int kMI = kWM / 16, kNI = kWN / 8;  // mma tiles per warp: 4 x 8
-constexpr int kPitch = kBN + 8;        // staging row pitch (values): +16 bytes per row
-constexpr int kAStage = kBM * kBK, kBStage = kBN * kBK;  // values per stage
-constexpr int kVec = 8;                // 16-bit values per 16-byte chunk
-
-constexpr int kChunks = kBK / kVec;    // 16-byte chunks per stage row: 8
-constexpr int kRowsPerPass = kThreads / kChunks;  // stage rows one pass of the block loads: 32
-constexpr int kALoads = kBM / kRowsPerPass, kBLoads = kBN / kRowsPerPass;  // 4, 8 per thread
-
-// Offset (values) of 16-byte chunk `chunk` (0..7) of row `row` in a [rows][kBK] stage tile.
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * kBK + ((chunk ^ (row & 7)) * kVec);
-}
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 
@@ -61,9 +50,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
 }
-
-// ReLU that keeps NaN (as NumPy's maximum(z, 0) does): only values below zero become zero.
-__device__ __forceinline__ float relu(float v) { return v < 0.0f ? 0.0f : v; }
 
 }  // namespace
 
@@ -93,40 +79,8 @@ twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_
   const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
 
-  // This thread's loads: chunk column tid % 8 of stage rows tid / 8 + 32 i.
-  const int chunk = tid % kChunks, row0 = tid / kChunks;
-  const T* a_src[kALoads];
-  const T* b_src[kBLoads];
-  unsigned a_rows = 0, b_rows = 0;  // bit i: that row exists (is below M, or N)
-#pragma unroll
-  for (int i = 0; i < kALoads; ++i) {
-    const long long r = m0 + row0 + i * kRowsPerPass;
-    a_rows |= static_cast<unsigned>(r < n_rows) << i;
-    a_src[i] = x + (r < n_rows ? r * depth : 0) + chunk * kVec;
-  }
-#pragma unroll
-  for (int i = 0; i < kBLoads; ++i) {
-    const long long r = n0 + row0 + i * kRowsPerPass;
-    b_rows |= static_cast<unsigned>(r < n_cols) << i;
-    b_src[i] = w + (r < n_cols ? r * depth : 0) + chunk * kVec;
-  }
-
-  auto load_stage = [&](int stage, int kt) {
-    T* const a_s = smem + stage * (kAStage + kBStage);
-    T* const b_s = a_s + kAStage;
-    const long long k0 = static_cast<long long>(kt) * kBK;
-    const bool k_ok = k0 + chunk * kVec < depth;
-#pragma unroll
-    for (int i = 0; i < kALoads; ++i) {
-      const bool ok = k_ok && (a_rows >> i & 1u);
-      cp_async16(a_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? a_src[i] + k0 : x, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < kBLoads; ++i) {
-      const bool ok = k_ok && (b_rows >> i & 1u);
-      cp_async16(b_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? b_src[i] + k0 : w, ok);
-    }
-  };
+  const TileLoader<T> loader(x, w, n_rows, n_cols, depth, m0, n0, tid);
+  auto load_stage = [&](int stage, int kt) { loader.load(smem + stage * (kAStage + kBStage), kt); };
 
   float acc[kMI][kNI][4];
 #pragma unroll

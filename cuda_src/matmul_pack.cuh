@@ -1,13 +1,89 @@
-// matmul_pack.cuh: the packing half of the fused GEMM -> TwELL epilogue, shared by
-// twell_matmul_pack (ffn.cu) and the Hopper prototype (benchmarks/prototypes/): a block of
-// act(x @ w^T), already rounded to T and staged in shared memory, goes into the TwELL slots,
-// counts and totals, and the entries past the slots into the spill buffer (see ffn.cu).
+// matmul_pack.cuh: what the two fused GEMM -> TwELL kernels share, twell_matmul_pack
+// (ffn.cu, mma.sync, sm_80+) and twell_matmul_pack_sm90 (matmul_pack_sm90.cu, wgmma, sm_90a):
+// the 128 x 256 x 64 block tile, the cp.async loads of its operands into 128-byte-swizzled
+// shared-memory rows, ReLU, and the packing half of the epilogue (a block of act(x @ w^T),
+// already rounded to T and staged in shared memory, goes into the TwELL slots, counts and
+// totals, and the entries past the slots into the spill buffer; see ffn.cu).
 #pragma once
 
 #include "twell_layout.cuh"
+#include "mma.cuh"
 #include "pack_warp.cuh"
 
 namespace twell {
+namespace gemm {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64;   // block tile: rows, columns, depth per stage
+constexpr int kThreads = 256;
+constexpr int kVec = 8;                           // 16-bit values per 16-byte chunk
+constexpr int kChunks = kBK / kVec;               // 16-byte chunks per stage row: 8
+constexpr int kRowsPerPass = kThreads / kChunks;  // stage rows one pass of the block loads: 32
+constexpr int kALoads = kBM / kRowsPerPass, kBLoads = kBN / kRowsPerPass;  // 4, 8 per thread
+constexpr int kAStage = kBM * kBK, kBStage = kBN * kBK;  // values per stage
+constexpr int kPitch = kBN + 8;  // staging row pitch (values): +16 bytes per row
+
+// Offset (values) of 16-byte chunk `chunk` (0..7) of row `row` in a [rows][kBK] stage tile:
+// row r at r * 128 bytes, its chunk c at (c ^ (r % 8)) * 16. Every ldmatrix phase and every
+// cp.async store of a warp touch 8 distinct 16-byte bank groups, and it is the layout wgmma
+// reads as "128-byte swizzle" (from 1024-byte aligned tiles).
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kBK + ((chunk ^ (row & 7)) * kVec);
+}
+
+// ReLU that keeps NaN (as NumPy's maximum(z, 0) does): only values below zero become zero.
+__device__ __forceinline__ float relu(float v) { return v < 0.0f ? 0.0f : v; }
+
+// This thread's share of the cp.async loads of one stage: chunk column tid % 8 of stage rows
+// tid / 8 + 32 i of the x tile (4) and of the w tile (8). Rows past M or N and chunks past K
+// are zero-filled (K % 8 == 0: a chunk is wholly inside or outside). Pointers and row checks
+// are computed once, not per stage.
+template <typename T>
+struct TileLoader {
+  const T* x;
+  const T* w;
+  long long depth;
+  int chunk, row0;
+  const T* a_src[kALoads];
+  const T* b_src[kBLoads];
+  unsigned a_rows = 0, b_rows = 0;  // bit i: that row exists (is below M, or N)
+
+  __device__ __forceinline__ TileLoader(const T* x_, const T* w_, long long n_rows,
+                                        long long n_cols, long long depth_, long long m0,
+                                        long long n0, int tid)
+      : x(x_), w(w_), depth(depth_), chunk(tid % kChunks), row0(tid / kChunks) {
+#pragma unroll
+    for (int i = 0; i < kALoads; ++i) {
+      const long long r = m0 + row0 + i * kRowsPerPass;
+      a_rows |= static_cast<unsigned>(r < n_rows) << i;
+      a_src[i] = x + (r < n_rows ? r * depth : 0) + chunk * kVec;
+    }
+#pragma unroll
+    for (int i = 0; i < kBLoads; ++i) {
+      const long long r = n0 + row0 + i * kRowsPerPass;
+      b_rows |= static_cast<unsigned>(r < n_cols) << i;
+      b_src[i] = w + (r < n_cols ? r * depth : 0) + chunk * kVec;
+    }
+  }
+
+  // k tile kt into the stage whose x tile is at a_s (its w tile follows).
+  __device__ __forceinline__ void load(T* a_s, int kt) const {
+    T* const b_s = a_s + kAStage;
+    const long long k0 = static_cast<long long>(kt) * kBK;
+    const bool k_ok = k0 + chunk * kVec < depth;
+#pragma unroll
+    for (int i = 0; i < kALoads; ++i) {
+      const bool ok = k_ok && (a_rows >> i & 1u);
+      cp_async16(a_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? a_src[i] + k0 : x, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kBLoads; ++i) {
+      const bool ok = k_ok && (b_rows >> i & 1u);
+      cp_async16(b_s + swizzle(row0 + i * kRowsPerPass, chunk), ok ? b_src[i] + k0 : w, ok);
+    }
+  }
+};
+
+}  // namespace gemm
 
 // stage: kRows x kCols values of the block whose first output is (m0, n0), row pitch kPitch
 // values; kWarps warps of the block call this together (warp, lane: this thread's).

@@ -45,7 +45,9 @@ def main():
             refs = ",\n  ".join(f"(const void*)&{e}" for e in instances)
             unit.write_text(f'#include "{src / name}"\n'
                             f"const void* const twell_ci_instances[] = {{\n  {refs}\n}};\n")
-            for arch in archs:
+            # An ARCH_SOURCES file is built for its own architecture only (e.g. sm_90a).
+            own = _kernels.ARCH_SOURCES.get(name)
+            for arch in [own[0]] if own else archs:
                 print(f"== {name} {arch}", flush=True)
                 returncode, report = _nvcc(args.nvcc, unit, arch,
                                            pathlib.Path(tmp) / f"{name}.{arch}.cubin")
@@ -61,7 +63,9 @@ def main():
         print("spills:\n  " + "\n  ".join(spills))
         if not args.allow_spills:
             sys.exit("register spills found (pass --allow-spills to accept)")
-    print(f"compiled {sum(len(v) for v in _kernels.INSTANCES.values())} kernels for {archs}: OK")
+    print(f"compiled {sum(len(v) for v in _kernels.INSTANCES.values())} kernels for {archs} "
+          f"(and {sorted(set(a for a, _ in _kernels.ARCH_SOURCES.values()))} for "
+          f"{sorted(_kernels.ARCH_SOURCES)}): OK")
     if args.prototypes:
         _compile_prototypes(args.nvcc)
 

@@ -185,6 +185,71 @@ def test_fused_spill_too_small_reruns_losslessly(gpu, rng, dtype):
                        twell.TwELLMatrix._from_parts(roomy, shape, 64), "spill 1 vs default")
 
 
+def _hopper(gpu):
+    from twell import _kernels
+
+    if not _kernels.arch_supported("matmul_pack_sm90.cu"):
+        pytest.skip("twell_matmul_pack_sm90 needs a device of compute capability 9.0")
+
+
+@pytest.mark.parametrize("shape, tile_width, slots", [
+    ((128, 64, 256), 256, 5),       # one block, one k tile
+    ((77, 136, 300), 8, 1),         # partial blocks, a partial k tile, heavy overflow
+    ((300, 72, 777), 64, 2),        # the shape of the tests above
+    ((1000, 4096, 2752), 64, 5),    # a long k loop (64 tiles), many blocks
+    ((2048, 2048, 5632), 256, 13),  # the paper's up-projection shape, shorter
+], ids=str)
+def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_width, slots):
+    # The wgmma kernel (H100/H200, bf16) against the mma.sync one: the same slots, counts,
+    # indices and overflow, bit for bit (the same k order in fp32, one rounding), and both
+    # also against the spill rerun path.
+    from twell import _cupy_backend
+
+    _hopper(gpu)
+    x, w = _fused(gpu, rng, BF16, shape=shape)
+    full = (shape[0], shape[2])
+    got = {}
+    for variant in ("mma", "sm90"):
+        gpu.poison()
+        parts = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant=variant)
+        got[variant] = twell.TwELLMatrix._from_parts(parts, full, tile_width)
+        got[variant].validate()
+    assert got["sm90"].nnz > 0
+    assert_same_bits(got["sm90"], got["mma"], "sm90 vs mma.sync")
+    gpu.poison()
+    tight = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1, variant="sm90")
+    assert_same_bits(twell.TwELLMatrix._from_parts(tight, full, tile_width), got["mma"],
+                     "sm90 with a spill rerun vs mma.sync")
+
+
+@pytest.mark.parametrize("dtype, kernel", [(BF16, "twell_matmul_pack_sm90"),
+                                           (F16, "twell_matmul_pack<__half>")],
+                         ids=["bf16", "f16"])
+def test_hopper_runs_the_sm90_kernel_for_bfloat16(gpu, rng, monkeypatch, dtype, kernel):
+    from twell import _kernels
+
+    _hopper(gpu)
+    asked = []
+    shipped = _kernels.function
+
+    def function(name, expression):
+        asked.append(expression)
+        return shipped(name, expression)
+
+    monkeypatch.setattr(_kernels, "function", function)
+    x, w = _fused(gpu, rng, dtype)
+    matmul_to_twell(x, w, slots=3)
+    assert [e for e in asked if e.startswith("twell_matmul_pack")] == [kernel]
+
+
+def test_sm90_variant_refuses_float16(gpu, rng):
+    from twell import _cupy_backend
+
+    x, w = _fused(gpu, rng, F16)
+    with pytest.raises(ValueError, match="the sm90 kernel takes bfloat16 only; got float16"):
+        _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")
+
+
 @pytest.mark.parametrize("dtype", HALF)
 def test_fused_keeps_nan_and_inf(gpu, rng, dtype):
     # ReLU keeps NaN and +Inf (numpy.maximum(z, 0) does); columns past N, whose inputs are

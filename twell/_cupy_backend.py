@@ -448,10 +448,13 @@ def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
 
 # -- relu(x @ w.T) -> TwELL (fused) --------------------------------------------
 
-#: Block tile of twell_matmul_pack (rows, columns) and its dynamic shared memory in bytes
-#: (3 pipeline stages of a 128 x 64 and a 256 x 64 tile of 16-bit values).
+#: Block tile of twell_matmul_pack and twell_matmul_pack_sm90 (rows, columns) and their
+#: dynamic shared memory in bytes: 3 (4) pipeline stages of a 128 x 64 and a 256 x 64 tile of
+#: 16-bit values; the Hopper kernel aligns its tiles to 1024 bytes by hand (+1024 of slack).
 _MATMUL_TILE = (128, 256)
 _MATMUL_SMEM = 3 * (128 + 256) * 64 * 2
+_MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 1024
+_SM90_SOURCE = "matmul_pack_sm90.cu"
 
 #: Spill buffer of twell_matmul_pack, in entries: one per _SPILL_SHARE outputs (plus a floor).
 #: Enough when the slots hold all but a few percent of ~10% non-zeros; when it is not, the
@@ -472,16 +475,33 @@ def matmul_pack_supported(x, w, tile_width):
             and x.flags.c_contiguous and w.flags.c_contiguous and _aligned(x, w))
 
 
-def matmul_pack(x, w, tile_width, slots, spill_capacity=None):
-    """``relu(x @ w.T)`` packed into TwELL parts by ``twell_matmul_pack`` (fused).
+def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
+    """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel.
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
     round once to the inputs' dtype; the dense product is never written to global memory.
-    Synchronises once with the host (the overflow size), twice when the spill buffer
-    (``spill_capacity`` entries; private, for tests) was too small and the kernel reruns.
+    bfloat16 on a device of compute capability 9.0 (H100/H200) runs
+    ``twell_matmul_pack_sm90`` (wgmma), everything else ``twell_matmul_pack`` (mma.sync);
+    both give the same bits. Synchronises once with the host (the overflow size), twice when
+    the spill buffer (``spill_capacity`` entries; private, for tests) was too small and the
+    kernel reruns. ``variant`` (private: tests and benchmarks): ``"mma"`` forces the mma.sync
+    kernel, ``"sm90"`` the wgmma one.
     """
     m, k = x.shape
     n = w.shape[0]
+    if variant not in (None, "mma", "sm90"):
+        raise ValueError(f"variant must be None, 'mma' or 'sm90'; got {variant!r}")
+    if variant is None:
+        hopper = x.dtype == _kernels.bfloat16 and _kernels.arch_supported(_SM90_SOURCE)
+        variant = "sm90" if hopper else "mma"
+    if variant == "sm90" and x.dtype != _kernels.bfloat16:
+        raise ValueError(f"the sm90 kernel takes bfloat16 only; got {x.dtype}")
+    if variant == "sm90":
+        kernel = _kernels.function(_SM90_SOURCE, "twell_matmul_pack_sm90")
+        smem = _MATMUL_SM90_SMEM
+    else:
+        kernel = _kernels.function("ffn.cu", _expr("twell_matmul_pack", x.dtype))
+        smem = _MATMUL_SMEM
     nt = _layout.n_tiles(n, tile_width)
     parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty)
     if m * nt == 0:
@@ -490,8 +510,7 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None):
     spill_start = cupy.empty((m, nt), dtype=np.int64)
     if spill_capacity is None:
         spill_capacity = m * n // _SPILL_SHARE + _SPILL_FLOOR
-    kernel = _kernels.function("ffn.cu", _expr("twell_matmul_pack", x.dtype))
-    kernel.max_dynamic_shared_size_bytes = _MATMUL_SMEM
+    kernel.max_dynamic_shared_size_bytes = smem
     bm, bn = _MATMUL_TILE
     # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
     grid = (-(-m // bm) * -(-n // bn),)
@@ -502,7 +521,7 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None):
         kernel(grid, (256,), (
             x, w, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots), totals,
             parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
-            _i64(spill_capacity), counter), shared_mem=_MATMUL_SMEM)
+            _i64(spill_capacity), counter), shared_mem=smem)
         n_over = _overflow_size(counter)
         if n_over <= spill_capacity:
             break

@@ -5,10 +5,17 @@ every template instantiation twell launches; the loader compiles them all
 with ``cupy.RawModule(name_expressions=...)`` once per process (CuPy also
 keeps a disk cache keyed on the source text and options), and
 ``scripts/compile_kernels.py`` compiles the same table with nvcc in CI.
+
+The sources of :data:`ARCH_SOURCES` use instructions of one architecture only (wgmma:
+``sm_90a``). CuPy's RawModule passes an ``-arch`` of its own, so they are compiled with
+NVRTC directly for their ``-arch``, once per process and device, and only on a device of that
+compute capability (:func:`arch_supported`).
 """
 
+import contextlib
 import functools
 import importlib.resources
+import os
 import pathlib
 
 import numpy as np
@@ -79,7 +86,12 @@ INSTANCES = {
                      for v in (1, vector_width(d))]),
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
                + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")),
+    "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90"],
 }
+
+#: Sources for one architecture: name -> (NVRTC/nvcc ``-arch``, the device's compute
+#: capability as CuPy writes it). Their kernels are ``extern "C"`` (no name expressions).
+ARCH_SOURCES = {"matmul_pack_sm90.cu": ("sm_90a", "90")}
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
 #: are values like any other (and non-zeros).
@@ -135,5 +147,86 @@ def module(name):
 
 
 def function(name, expression):
-    """A kernel of ``name`` by its name expression, e.g. ``twell_spmv<float>``."""
+    """A kernel of ``name`` by its name expression, e.g. ``twell_spmv<float>``.
+
+    A kernel of an :data:`ARCH_SOURCES` file comes as an :class:`ArchKernel`; asking for one
+    on a device of another architecture is a RuntimeError.
+    """
+    if name in ARCH_SOURCES:
+        import cupy
+
+        return _arch_module(name, cupy.cuda.Device().id)[expression]
     return module(name).get_function(expression)
+
+
+def arch_supported(name):
+    """Whether the current device runs the kernels of ``ARCH_SOURCES[name]``."""
+    import cupy
+
+    return cupy.cuda.Device().compute_capability == ARCH_SOURCES[name][1]
+
+
+class ArchKernel:
+    """A ``cupy.cuda.function.Function`` with the ``max_dynamic_shared_size_bytes`` setter of
+    ``cupy.RawKernel`` (which the launchers use; a bare Function takes no attributes)."""
+
+    def __init__(self, function, module):
+        self.function = function
+        self.module = module  # a Module must outlive its functions
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
+
+    def _set_shared(self, size):
+        import cupy
+
+        driver = cupy.cuda.driver
+        attribute = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+        driver.funcSetAttribute(self.function.ptr, attribute, size)
+
+    max_dynamic_shared_size_bytes = property(fset=_set_shared)
+
+
+@functools.cache
+def _arch_module(name, device):
+    """{kernel name: ArchKernel} of an ARCH_SOURCES file, built with NVRTC for its -arch and
+    loaded on ``device`` (the current one)."""
+    import cupy
+    from cupy_backends.cuda.libs import nvrtc
+
+    arch, capability = ARCH_SOURCES[name]
+    found = cupy.cuda.Device(device).compute_capability
+    if found != capability:
+        raise RuntimeError(f"{name} holds {arch} kernels; device {device} has compute "
+                           f"capability {found}, they need {capability}")
+    program = nvrtc.createProgram(source_text(name), name, [], [])
+    try:
+        nvrtc.compileProgram(program, [f"-arch={arch}", *OPTIONS, *_nvrtc_includes()])
+        cubin = nvrtc.getCUBIN(program)
+    except nvrtc.NVRTCError as error:
+        raise RuntimeError(f"NVRTC failed on {name}:\n{nvrtc.getProgramLog(program)}") from error
+    finally:
+        with contextlib.suppress(Exception):  # the program's memory only
+            nvrtc.destroyProgram(program)
+    loaded = cupy.cuda.function.Module()
+    loaded.load(cubin)
+    return {e: ArchKernel(loaded.get_function(e), loaded) for e in INSTANCES[name]}
+
+
+def _nvrtc_includes():
+    """-I options for the CUDA headers (NVRTC has no built-in ``cuda_bf16.h``): where CuPy
+    finds them for its own RawModule (a private helper of CuPy 13.3-14.x, or CUDA's
+    ``pathfinder`` that CuPy 15 uses), and the toolkit's include folder when there is one."""
+    import cupy
+
+    options = []
+    with contextlib.suppress(Exception):
+        options += list(cupy.cuda.compiler._get_extra_include_dir_opts())
+    with contextlib.suppress(Exception):
+        from cuda import pathfinder
+
+        options.append(f"-I{pathfinder.find_nvidia_header_directory('cudart')}")
+    cuda_path = cupy.cuda.get_cuda_path()
+    if cuda_path and os.path.isdir(os.path.join(cuda_path, "include")):
+        options.append(f"-I{os.path.join(cuda_path, 'include')}")
+    return options
