@@ -22,6 +22,12 @@
 # reports their outputs as uninitialised when twell's kernels or a copy read them (35 k false
 # reports in one test, 2026-12-03, H200; with the filter, a whole-suite run got through 43
 # tests in 470 s, while without it one of the heaviest tests ran as fast as with no sanitizer).
+# cuBLAS's Hopper GEMM kernels (nvjet_sm90_*, TMA) and the tools (H200, 2026-12-03;
+# benchmarks/NOTES.md): racecheck with KERNELS dies with an illegal address inside such a
+# GEMM (cupy.matmul alone does it), and without KERNELS reports thousands of hazards inside
+# it; initcheck does not see its stores, so every kernel that reads a large bf16 product of
+# cupy.matmul is reported as reading uninitialised memory (the auto-slots sample of
+# matmul_to_twell does). Those reports are about cuBLAS, not twell.
 # POOL=1 keeps CuPy's memory pool (faster; an access that lands in another pooled block, or a
 # read of a reused block that an earlier array wrote, then goes unseen).
 set -uo pipefail
