@@ -1,8 +1,10 @@
 """initcheck vs cuBLAS outputs: python init_exp.py M"""
 import sys
+
 import cupy as cp
-import numpy as np
 import ml_dtypes
+import numpy as np
+
 from twell import _cupy_backend
 
 m, k, n = int(sys.argv[1]), 4096, 11008

@@ -1,7 +1,10 @@
 """One racecheck bisection case: python race_bisect.py CASE"""
 import sys
+
 import cupy as cp
+import ml_dtypes
 import numpy as np
+
 import twell
 
 case = sys.argv[1]
@@ -13,7 +16,6 @@ if case.startswith("n2048"):
 if case.startswith("m128"):
     m = 128
 rng = np.random.default_rng(0)
-import ml_dtypes
 x = cp.asarray((rng.standard_normal((m, k)) / np.sqrt(k)).astype(ml_dtypes.bfloat16))
 w = cp.asarray(rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16))
 if case == "cublas":
