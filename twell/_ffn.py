@@ -100,7 +100,9 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     On the GPU, for float16 or bfloat16 ``x`` and ``w`` of one dtype, C-contiguous,
     ``K % 8 == 0`` and a tile width in {8, 16, ..., 256}, one kernel computes the product on
     tensor cores and packs it in its epilogue: the dense ``(M, N)`` product is never written
-    to memory (``cuda_src/ffn.cu``). It synchronises with the host once, to size the
+    to memory (``cuda_src/ffn.cu``, mma.sync; for bfloat16 on a device of compute capability
+    9.0, H100/H200, ``cuda_src/matmul_pack_sm90.cu``, wgmma, compiled with NVRTC at first
+    use; both give the same bits). It synchronises with the host once, to size the
     overflow. Besides the result it allocates a spill buffer of ``M * N / 64 + 4096``
     entries (6 bytes each) and 12 bytes per (row, tile) pair; a product whose overflow does
     not fit the spill buffer runs a second time with one of the right size. Every other case
