@@ -1,0 +1,193 @@
+"""PROTOTYPE check and timing of ``matmul_pack_sm90_tma.cu`` (TMA + mbarriers, sm_90a).
+
+Not part of the package or the test-suite: the development script of the next Hopper
+``twell_matmul_pack_sm90``. One device call answers: does the TMA kernel give the shipped
+kernels' bits (swapped in for ``twell_matmul_pack_sm90`` under ``_cupy_backend.matmul_pack``
+and ``twell.matmul_to_twell``), and how fast is it against the shipped wgmma and mma.sync
+kernels and cuBLAS. Run from the repository root on an H100/H200:
+
+    PYTHONPATH=. python benchmarks/prototypes/matmul_pack_sm90_tma.py
+
+The tensor maps (``cuTensorMapEncodeTiled``, through ctypes from ``libcuda``) go to the kernel
+in global memory; it compiles with NVRTC as twell's loader does for ``ARCH_SOURCES``.
+"""
+
+import contextlib
+import ctypes
+import pathlib
+
+import cupy
+import numpy as np
+from cupy_backends.cuda.libs import nvrtc
+
+import twell
+from twell import _cupy_backend, _kernels
+
+HERE = pathlib.Path(__file__).resolve().parent
+NAME = "proto_matmul_pack_sm90_tma"
+STAGES, BM, BN, BK, THREADS = 4, 128, 256, 64, 288
+SMEM = STAGES * (BM + BN) * BK * 2 + 2 * STAGES * 8 + 1024
+SHIPPED = ("matmul_pack_sm90.cu", "twell_matmul_pack_sm90")
+
+
+def compile_kernel():
+    source = (HERE / "matmul_pack_sm90_tma.cu").read_text()
+    program = nvrtc.createProgram(source, "matmul_pack_sm90_tma.cu", [], [])
+    options = ["-arch=sm_90a", *_kernels.OPTIONS, f"-I{_kernels.source_dir()}",
+               *_kernels._nvrtc_includes()]
+    try:
+        nvrtc.compileProgram(program, options)
+    except nvrtc.NVRTCError:
+        print(nvrtc.getProgramLog(program))
+        raise
+    module = cupy.cuda.function.Module()
+    module.load(nvrtc.getCUBIN(program))
+    return _kernels.ArchKernel(module.get_function(NAME), module)
+
+
+def _encode():
+    fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p, ctypes.POINTER(u64),
+                   ctypes.POINTER(u64), ctypes.POINTER(u32), ctypes.POINTER(u32), ctypes.c_int,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+ENCODE = _encode()
+BFLOAT16, INTERLEAVE_NONE, SWIZZLE_128B, L2_256B, OOB_ZERO = 9, 0, 3, 3, 0
+
+
+def tensor_map(array, box_rows):
+    """The 128-byte CUtensorMap of a C-contiguous bf16 (rows, K) array, boxes of 64 x box_rows,
+    128-byte swizzle, zero fill past the edges."""
+    rows, k = array.shape
+    buf = (ctypes.c_uint64 * 24)()  # 192 bytes: a 64-byte aligned 128-byte window
+    address = ctypes.addressof(buf)
+    aligned = address + (-address) % 64
+    result = ENCODE(
+        ctypes.c_void_p(aligned), BFLOAT16, 2, ctypes.c_void_p(array.data.ptr),
+        (ctypes.c_uint64 * 2)(k, rows), (ctypes.c_uint64 * 1)(k * 2),
+        (ctypes.c_uint32 * 2)(BK, box_rows), (ctypes.c_uint32 * 2)(1, 1), INTERLEAVE_NONE,
+        SWIZZLE_128B, L2_256B, OOB_ZERO)
+    if result != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {result}")
+    return np.frombuffer(ctypes.string_at(aligned, 128), dtype=np.uint64)
+
+
+class Swapped:
+    """Called as the launcher calls twell_matmul_pack_sm90; runs the prototype with the tensor
+    maps of that call's x and w appended (kept alive until the next call)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.alive = None
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        x, w = args[0], args[1]
+        self.alive = cupy.asarray(np.concatenate([tensor_map(x, BM), tensor_map(w, BN)]))
+        return self.kernel(grid, (THREADS,), (*args, self.alive), shared_mem=SMEM)
+
+    def _set_shared(self, size):
+        self.kernel.max_dynamic_shared_size_bytes = size
+
+    max_dynamic_shared_size_bytes = property(fset=_set_shared)
+
+
+@contextlib.contextmanager
+def swapped_in(kernel):
+    shipped, smem = _kernels.function, _cupy_backend._MATMUL_SM90_SMEM
+    swap = Swapped(kernel)
+
+    def function(name, expression):
+        return swap if (name, expression) == SHIPPED else shipped(name, expression)
+
+    _kernels.function, _cupy_backend._MATMUL_SM90_SMEM = function, SMEM
+    try:
+        yield
+    finally:
+        _kernels.function, _cupy_backend._MATMUL_SM90_SMEM = shipped, smem
+
+
+def operands(rng, m, k, n, shift=1.0):
+    """bf16 x, w with a bias column: about 16% of relu(x @ w^T) positive at shift 1."""
+    x = rng.standard_normal((m, k)).astype(twell.bfloat16)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(twell.bfloat16)
+    x[:, 0], w[:, 0] = 1.0, -shift
+    return cupy.asarray(x), cupy.asarray(w)
+
+
+def same_bits(a, b):
+    return all(
+        p.shape == q.shape and bool(cupy.array_equal(p.view(np.uint8), q.view(np.uint8)))
+        for p, q in zip(a, b, strict=True))
+
+
+def check(kernel, rng):
+    cases = [((128, 64, 256), 256, 5), ((77, 136, 300), 8, 1), ((300, 72, 777), 64, 2),
+             ((1000, 4096, 2752), 64, 5), ((2048, 2048, 5632), 256, 13)]
+    ok = True
+    for (m, k, n), tile_width, slots in cases:
+        x, w = operands(rng, m, k, n)
+        want = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
+        mma = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="mma")
+        with swapped_in(kernel):
+            got = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
+            tight = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1,
+                                              variant="sm90")
+        cupy.cuda.Device().synchronize()
+        verdict = same_bits(got, want) and same_bits(tight, want) and same_bits(want, mma)
+        nnz = int(got.counts.sum()) + got.overflow_data.size
+        print(f"  M={m} K={k} N={n} T={tile_width} S={slots}: nnz {nnz}, same bits as the "
+              f"shipped kernels: {verdict}")
+        ok &= verdict
+    return ok
+
+
+def median_ms(fn, reps=20, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def main():
+    rng = np.random.default_rng(7)
+    kernel = compile_kernel()
+    print(NAME)
+    ok = check(kernel, rng)
+    m, k, n = 16384, 2048, 5632
+    x, w = operands(rng, m, k, n, shift=2.3)
+    flop = 2.0 * m * k * n
+    rows = {
+        "cupy.matmul (cuBLAS)": lambda: cupy.matmul(x, w.T),
+        "matmul_pack S=13, mma.sync (shipped, fp16 path)":
+            lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="mma"),
+        "matmul_pack S=13, wgmma cp.async (shipped)":
+            lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="sm90"),
+    }
+    print(f"\nM={m} K={k} N={n} bf16, CUDA events, median of 20")
+    for label, fn in rows.items():
+        t = median_ms(fn)
+        print(f"  {label:<52} {t:7.3f} ms {flop / t / 1e9:7.0f} TFLOP/s")
+    with swapped_in(kernel):
+        for label, fn in {
+            "matmul_pack S=13, TMA prototype":
+                lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="sm90"),
+            "twell.matmul_to_twell auto, TMA prototype": lambda: twell.matmul_to_twell(x, w),
+        }.items():
+            t = median_ms(fn)
+            print(f"  {label:<52} {t:7.3f} ms {flop / t / 1e9:7.0f} TFLOP/s")
+    print("all checks passed" if ok else "CHECKS FAILED")
+
+
+if __name__ == "__main__":
+    main()
