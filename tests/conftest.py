@@ -12,6 +12,11 @@
   that n processes share one GPU run (``scripts/gpu_check.sh``, ``scripts/sanitize.sh``).
   Dealing single tests rather than files keeps the shards even: a few files hold most of the
   heavy tests.
+* ``TWELL_ZERO_MATMUL_OUT=1`` (set by ``scripts/sanitize.sh`` for initcheck): ``cupy.matmul``
+  of two 2-D arrays writes into an output zeroed first. initcheck does not see the stores of
+  cuBLAS's Hopper GEMM kernels, so without this every kernel that reads a product of
+  ``cupy.matmul`` is reported as reading uninitialised memory (H200, 2026-12-03,
+  ``benchmarks/NOTES.md``); with it the tool still checks every read of twell's kernels.
 * ``TWELL_TEST_LOG=path``: append each test's outcome and duration to that file as it ends, so
   that a run cut short by a time limit still tells which tests took the time.
 """
@@ -44,6 +49,21 @@ if os.environ.get("TWELL_NO_MEMORY_POOL") and twell.cuda_available():
     import cupy
 
     cupy.cuda.set_allocator(None)
+
+if os.environ.get("TWELL_ZERO_MATMUL_OUT") and twell.cuda_available():
+    import cupy
+
+    _cublas_matmul = cupy.matmul
+
+    def _matmul_into_zeros(a, b, *args, **kwargs):
+        # The zeros are a memset, which initcheck tracks; cuBLAS then overwrites them.
+        if (args or kwargs or not isinstance(a, cupy.ndarray) or not isinstance(b, cupy.ndarray)
+                or a.ndim != 2 or b.ndim != 2):
+            return _cublas_matmul(a, b, *args, **kwargs)
+        out = cupy.zeros((a.shape[0], b.shape[1]), dtype=cupy.result_type(a, b))
+        return _cublas_matmul(a, b, out=out)
+
+    cupy.matmul = _matmul_into_zeros
 
 
 def pytest_configure(config):
