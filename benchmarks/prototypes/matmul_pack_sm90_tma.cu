@@ -117,11 +117,12 @@ proto_matmul_pack_sm90_tma(const __nv_bfloat16* __restrict__ x,
     // The producer: lane 0 keeps every stage it may fill in flight.
     if (lane == 0) {
       // The tensor maps were written by a host copy; order that write before the TMA unit
-      // reads them through its own proxy.
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(
+      // reads them through its own proxy (scope .sys: the writer is the host, as the CUDA
+      // programming guide's example for maps in global memory says).
+      asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(
                        reinterpret_cast<unsigned long long>(tmap_x))
                    : "memory");
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(
+      asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(
                        reinterpret_cast<unsigned long long>(tmap_w))
                    : "memory");
       for (int kt = 0; kt < k_tiles; ++kt) {
@@ -140,6 +141,7 @@ proto_matmul_pack_sm90_tma(const __nv_bfloat16* __restrict__ x,
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % kStages;
       mbarrier_wait(full(s), (kt / kStages) & 1);
+      __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
       const __nv_bfloat16* const a_s = smem + s * (kAStage + kBStage);
       const __nv_bfloat16* const b_s = a_s + kAStage;
       wgmma_stage(d, a_s, b_s, wg);

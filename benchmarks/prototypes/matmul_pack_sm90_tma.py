@@ -61,11 +61,13 @@ BFLOAT16, INTERLEAVE_NONE, SWIZZLE_128B, L2_256B, OOB_ZERO = 9, 0, 3, 3, 0
 
 def tensor_map(array, box_rows):
     """The 128-byte CUtensorMap of a C-contiguous bf16 (rows, K) array, boxes of 64 x box_rows,
-    128-byte swizzle, zero fill past the edges."""
+    128-byte swizzle, zero fill past the edges. K = 0 gets a map of K = 8 (the driver refuses
+    zero sizes; the kernel issues no copy then)."""
     rows, k = array.shape
-    buf = (ctypes.c_uint64 * 24)()  # 192 bytes: a 64-byte aligned 128-byte window
+    k = max(k, 8)
+    buf = (ctypes.c_uint64 * 32)()  # 256 bytes: a 128-byte aligned 128-byte window
     address = ctypes.addressof(buf)
-    aligned = address + (-address) % 64
+    aligned = address + (-address) % 128
     result = ENCODE(
         ctypes.c_void_p(aligned), BFLOAT16, 2, ctypes.c_void_p(array.data.ptr),
         (ctypes.c_uint64 * 2)(k, rows), (ctypes.c_uint64 * 1)(k * 2),
@@ -78,16 +80,20 @@ def tensor_map(array, box_rows):
 
 class Swapped:
     """Called as the launcher calls twell_matmul_pack_sm90; runs the prototype with the tensor
-    maps of that call's x and w appended (kept alive until the next call)."""
+    maps of that call's x and w appended. The maps (on the device) are kept per (address,
+    shape) of x and w, so that timed calls do not pay for encoding and copying them."""
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.alive = None
+        self.maps = {}
 
     def __call__(self, grid, block, args, shared_mem=0):
         x, w = args[0], args[1]
-        self.alive = cupy.asarray(np.concatenate([tensor_map(x, BM), tensor_map(w, BN)]))
-        return self.kernel(grid, (THREADS,), (*args, self.alive), shared_mem=SMEM)
+        key = (x.data.ptr, x.shape, w.data.ptr, w.shape)
+        if key not in self.maps:
+            self.maps[key] = cupy.asarray(np.concatenate([tensor_map(x, BM),
+                                                          tensor_map(w, BN)]))
+        return self.kernel(grid, (THREADS,), (*args, self.maps[key]), shared_mem=SMEM)
 
     def _set_shared(self, size):
         self.kernel.max_dynamic_shared_size_bytes = size
