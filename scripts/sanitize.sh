@@ -27,9 +27,12 @@
 # GEMM (cupy.matmul alone does it), and without KERNELS reports thousands of hazards inside
 # it; initcheck does not see its stores, so every kernel that reads a large bf16 product of
 # cupy.matmul is reported as reading uninitialised memory (the auto-slots sample of
-# matmul_to_twell does). Those reports are about cuBLAS, not twell: under initcheck the tests
-# run with TWELL_ZERO_MATMUL_OUT=1 (tests/conftest.py), which has cupy.matmul write into a
-# zeroed output. Not yet run on a GPU (written 2026-12-03 after the device time ran out).
+# matmul_to_twell does). Those reports are about cuBLAS, not twell. Each process gets
+# TWELL_SANITIZER=<tool> (tests/conftest.py): under initcheck cupy.matmul writes into a zeroed
+# output (a memset the tool sees); under racecheck the one test whose auto-slots sample is
+# such a GEMM (M = 1000, K = 4096, N = 11008) gives its slots instead, which keeps twell's
+# kernels on that shape in view (they had 0 hazards so, 2026-12-03). Not yet run on a GPU
+# (written 2026-12-03 after the device time ran out).
 # POOL=1 keeps CuPy's memory pool (faster; an access that lands in another pooled block, or a
 # read of a reused block that an earlier array wrote, then goes unseen).
 set -uo pipefail
@@ -47,10 +50,8 @@ run() {  # run TOOL NAME SHARD PYTEST-ARGS...: one sanitizer process, its exit s
     shift 3
     # racecheck: shared-memory hazards; initcheck: reads of never-written device memory.
     [ "$tool" = racecheck ] && extra=(--racecheck-report analysis)
-    local zero=""
-    [ "$tool" = initcheck ] && zero=1
     [ -n "${KERNELS:-}" ] && [ "$tool" != initcheck ] && extra+=(--kernel-name "kns=$KERNELS")
-    TWELL_SHARD=$shard TWELL_TEST_LOG="$out/$name.durations" TWELL_ZERO_MATMUL_OUT=$zero \
+    TWELL_SHARD=$shard TWELL_TEST_LOG="$out/$name.durations" TWELL_SANITIZER=$tool \
         "${limit[@]}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
         --log-file "$out/$name.log" python3 -m pytest -q -p no:cacheprovider "$@" \
         > "$out/$name.pytest.log" 2>&1

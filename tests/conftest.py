@@ -12,8 +12,9 @@
   that n processes share one GPU run (``scripts/gpu_check.sh``, ``scripts/sanitize.sh``).
   Dealing single tests rather than files keeps the shards even: a few files hold most of the
   heavy tests.
-* ``TWELL_ZERO_MATMUL_OUT=1`` (set by ``scripts/sanitize.sh`` for initcheck): ``cupy.matmul``
-  of two 2-D arrays writes into an output zeroed first. initcheck does not see the stores of
+* ``TWELL_SANITIZER=tool``: set by ``scripts/sanitize.sh`` to the compute-sanitizer tool the
+  process runs under. Under ``initcheck``, ``cupy.matmul`` of two 2-D arrays writes into an
+  output zeroed first. initcheck does not see the stores of
   cuBLAS's Hopper GEMM kernels, so without this every kernel that reads a product of
   ``cupy.matmul`` is reported as reading uninitialised memory (H200, 2026-12-03,
   ``benchmarks/NOTES.md``); with it the tool still checks every read of twell's kernels.
@@ -50,7 +51,9 @@ if os.environ.get("TWELL_NO_MEMORY_POOL") and twell.cuda_available():
 
     cupy.cuda.set_allocator(None)
 
-if os.environ.get("TWELL_ZERO_MATMUL_OUT") and twell.cuda_available():
+SANITIZER = os.environ.get("TWELL_SANITIZER", "")
+
+if SANITIZER == "initcheck" and twell.cuda_available():
     import cupy
 
     _cublas_matmul = cupy.matmul

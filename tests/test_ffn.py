@@ -1,5 +1,7 @@
 """matmul_to_twell and sparse_ffn against float64 NumPy references."""
 
+import os
+
 import numpy as np
 import pytest
 from helpers import BF16, F16, F32, F64, MATMUL_RTOL, assert_same_bits, cast, rel_err
@@ -276,7 +278,10 @@ def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
 
     cupy = gpu.xp
     x, w = _fused(gpu, rng, BF16, shape=(1000, 4096, 11008), bias=2.3)
-    a = matmul_to_twell(x, w)
+    # Under racecheck, the auto-slots sample (a cuBLAS Hopper GEMM) crashes the tool (see
+    # scripts/sanitize.sh): the slots are given there, and twell's kernels stay in its view.
+    a = matmul_to_twell(x, w, slots=13 if os.environ.get("TWELL_SANITIZER") == "racecheck"
+                        else "auto")
     assert 0.005 < a.nnz / (1000 * 11008) < 0.05  # about 99% sparse, as in a ReLU FFN
     want = cupy.maximum(cast(x, np.float64) @ cast(w, np.float64).T, 0)
     got = cast(a.toarray(), np.float64)
