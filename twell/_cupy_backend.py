@@ -75,6 +75,12 @@ def _overflow_size(counter):
     return int(counter.get()[0])  # device-to-host sync: the overflow size
 
 
+def _reduce_grid(items):
+    """Grid of a reduce.cu kernel (a grid-stride loop) over ``items`` work items: one thread
+    each, at most _REDUCE_BLOCKS blocks."""
+    return (min(_blocks(items, _BLOCK)[0], _REDUCE_BLOCKS),)
+
+
 def count_histogram(counts, size):
     """Histogram of integer counts: int64 ``hist`` of ``size + 1`` bins.
 
@@ -87,9 +93,7 @@ def count_histogram(counts, size):
     hist = cupy.zeros(size + 1, dtype=np.uint64)
     if flat.size:
         kernel = _kernels.function("reduce.cu", "twell_count_histogram")
-        # Grid-stride loop over the counts.
-        kernel((min(_blocks(flat.size, _BLOCK)[0], _REDUCE_BLOCKS),), (_BLOCK,), (
-            flat, _i64(flat.size), _i32(size), hist))
+        kernel(_reduce_grid(flat.size), (_BLOCK,), (flat, _i64(flat.size), _i32(size), hist))
     return hist.view(np.int64)
 
 
@@ -103,9 +107,7 @@ def _nonfinite(b):
     if b.size:
         vec = _vec(b.dtype, _aligned(b))
         kernel = _kernels.function("reduce.cu", _expr("twell_find_nonfinite", b.dtype, vec))
-        # Grid-stride loop over the 16-byte vectors (or values).
-        kernel((min(_blocks(-(-b.size // vec), _BLOCK)[0], _REDUCE_BLOCKS),), (_BLOCK,), (
-            b, _i64(b.size), found))
+        kernel(_reduce_grid(-(-b.size // vec)), (_BLOCK,), (b, _i64(b.size), found))
     return found
 
 
@@ -494,9 +496,9 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     if variant is None:
         hopper = x.dtype == _kernels.bfloat16 and _kernels.arch_supported(_SM90_SOURCE)
         variant = "sm90" if hopper else "mma"
-    if variant == "sm90" and x.dtype != _kernels.bfloat16:
-        raise ValueError(f"the sm90 kernel takes bfloat16 only; got {x.dtype}")
     if variant == "sm90":
+        if x.dtype != _kernels.bfloat16:
+            raise ValueError(f"the sm90 kernel takes bfloat16 only; got {x.dtype}")
         kernel = _kernels.function(_SM90_SOURCE, "twell_matmul_pack_sm90")
         smem = _MATMUL_SM90_SMEM
     else:

@@ -192,16 +192,26 @@ def _arch_module(name, device):
     """{kernel name: ArchKernel} of an ARCH_SOURCES file, built with NVRTC for its -arch and
     loaded on ``device`` (the current one)."""
     import cupy
-    from cupy_backends.cuda.libs import nvrtc
 
     arch, capability = ARCH_SOURCES[name]
     found = cupy.cuda.Device(device).compute_capability
     if found != capability:
         raise RuntimeError(f"{name} holds {arch} kernels; device {device} has compute "
                            f"capability {found}, they need {capability}")
-    program = nvrtc.createProgram(source_text(name), name, [], [])
+    loaded = nvrtc_module(source_text(name), name, arch)
+    return {e: ArchKernel(loaded.get_function(e), loaded) for e in INSTANCES[name]}
+
+
+def nvrtc_module(code, name, arch, options=()):
+    """``code`` compiled by NVRTC for ``-arch=arch`` with twell's OPTIONS (and ``options``),
+    loaded on the current device as a ``cupy.cuda.function.Module``. A compile error is a
+    RuntimeError carrying NVRTC's log."""
+    import cupy
+    from cupy_backends.cuda.libs import nvrtc
+
+    program = nvrtc.createProgram(code, name, [], [])
     try:
-        nvrtc.compileProgram(program, [f"-arch={arch}", *OPTIONS, *_nvrtc_includes()])
+        nvrtc.compileProgram(program, [f"-arch={arch}", *OPTIONS, *options, *_nvrtc_includes()])
         cubin = nvrtc.getCUBIN(program)
     except nvrtc.NVRTCError as error:
         raise RuntimeError(f"NVRTC failed on {name}:\n{nvrtc.getProgramLog(program)}") from error
@@ -210,7 +220,7 @@ def _arch_module(name, device):
             nvrtc.destroyProgram(program)
     loaded = cupy.cuda.function.Module()
     loaded.load(cubin)
-    return {e: ArchKernel(loaded.get_function(e), loaded) for e in INSTANCES[name]}
+    return loaded
 
 
 def _nvrtc_includes():

@@ -18,7 +18,6 @@ import pathlib
 
 import cupy
 import numpy as np
-from cupy_backends.cuda.libs import nvrtc
 
 import twell
 from twell import _cupy_backend, _kernels
@@ -31,18 +30,10 @@ SHIPPED = ("matmul_pack_sm90.cu", "twell_matmul_pack_sm90")
 
 
 def compile_kernel():
-    source = (HERE / "matmul_pack_sm90_tma.cu").read_text()
-    program = nvrtc.createProgram(source, "matmul_pack_sm90_tma.cu", [], [])
-    options = ["-arch=sm_90a", *_kernels.OPTIONS, f"-I{_kernels.source_dir()}",
-               *_kernels._nvrtc_includes()]
-    try:
-        nvrtc.compileProgram(program, options)
-    except nvrtc.NVRTCError:
-        print(nvrtc.getProgramLog(program))
-        raise
-    module = cupy.cuda.function.Module()
-    module.load(nvrtc.getCUBIN(program))
-    return _kernels.ArchKernel(module.get_function(NAME), module)
+    loaded = _kernels.nvrtc_module((HERE / "matmul_pack_sm90_tma.cu").read_text(),
+                                   "matmul_pack_sm90_tma.cu", "sm_90a",
+                                   [f"-I{_kernels.source_dir()}"])
+    return _kernels.ArchKernel(loaded.get_function(NAME), loaded)
 
 
 def _encode():
