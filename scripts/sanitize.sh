@@ -33,6 +33,10 @@
 # such a GEMM (M = 1000, K = 4096, N = 11008) gives its slots instead, which keeps twell's
 # kernels on that shape in view (they had 0 hazards so, 2026-12-03). Not yet run on a GPU
 # (written 2026-12-03 after the device time ran out).
+# Only the pytest process is instrumented (--target-processes application-only): test_cli's
+# `runs` fixture starts ~30 `python -m twell` children at once (host-only file conversions;
+# the GPU paths of the CLI run in-process), and the tool attached to all of them segfaulted
+# there twice (initcheck and racecheck, shard 0 of 6, H200, 2026-12-03).
 # PRINT_LIMIT (default 100) caps the reports each process prints (a flood of reports, each
 # with a host backtrace, once stalled a run for minutes).
 # POOL=1 keeps CuPy's memory pool (faster; an access that lands in another pooled block, or a
@@ -55,7 +59,7 @@ run() {  # run TOOL NAME SHARD PYTEST-ARGS...: one sanitizer process, its exit s
     [ -n "${KERNELS:-}" ] && [ "$tool" != initcheck ] && extra+=(--kernel-name "kns=$KERNELS")
     TWELL_SHARD=$shard TWELL_TEST_LOG="$out/$name.durations" TWELL_SANITIZER=$tool \
         "${limit[@]}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-        --print-limit "${PRINT_LIMIT:-100}" \
+        --print-limit "${PRINT_LIMIT:-100}" --target-processes application-only \
         --log-file "$out/$name.log" python3 -m pytest -q -p no:cacheprovider "$@" \
         > "$out/$name.pytest.log" 2>&1
     echo $? > "$out/$name.rc"

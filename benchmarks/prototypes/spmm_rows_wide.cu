@@ -13,33 +13,37 @@
 
 using namespace twell;
 
-template <int CHUNKS, int U>
-__device__ __forceinline__ void spmm_wide(const int* __restrict__ counts,
-                                const __nv_bfloat16* __restrict__ data,
-                                const unsigned short* __restrict__ indices,
-                                const long long* __restrict__ overflow_indptr,
-                                const int* __restrict__ overflow_indices,
-                                const __nv_bfloat16* __restrict__ overflow_data,
-                                long long n_rows, long long n_cols, int tile_width, int slots,
-                                const __nv_bfloat16* __restrict__ b, long long n,
-                                __nv_bfloat16* __restrict__ out) {
-  constexpr int kSpan = kWarp * 8;
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (row >= n_rows) return;
-  const long long n0 = static_cast<long long>(blockIdx.y) * kSpan * CHUNKS + lane * 8;
-  bool active[CHUNKS];
-  float acc[CHUNKS][8];
-#pragma unroll
-  for (int c = 0; c < CHUNKS; ++c) {
-    active[c] = n0 + c * kSpan < n;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[c][i] = 0.0f;
+// Entries held one per lane; entry e reaches every lane by shuffles (all lanes call it).
+struct SlotEntry {  // value bits << 16 | column in the tile
+  unsigned word;
+  long long col0;
+  __device__ void operator()(int e, float& v, long long& col) const {
+    const unsigned w = __shfl_sync(kFullMask, word, e);
+    v = __uint_as_float(w & 0xffff0000u);
+    col = col0 + (w & 0xffffu);
   }
+};
 
-  // entry(e, v, col): the value and B row of entry e (every lane calls it: it shuffles).
-  auto consume = [&](int len, auto entry) {
+struct OverflowEntry {
+  float val;
+  int col;
+  __device__ void operator()(int e, float& v, long long& c) const {
+    v = __shfl_sync(kFullMask, val, e);
+    c = __shfl_sync(kFullMask, col, e);
+  }
+};
+
+// Accumulates `len` entries into acc: CHUNKS 16-byte loads per entry, U entries at a time.
+template <int CHUNKS, int U>
+struct Gather {
+  static constexpr int kSpan = kWarp * 8;
+  const __nv_bfloat16* __restrict__ b;
+  long long n, n0;
+  const bool (&active)[CHUNKS];
+  float (&acc)[CHUNKS][8];
+
+  template <typename Entry>
+  __device__ void operator()(int len, const Entry& entry) const {
     for (int e0 = 0; e0 < len; e0 += U) {
       float v[U];
       uint4 bv[U][CHUNKS];
@@ -72,7 +76,35 @@ __device__ __forceinline__ void spmm_wide(const int* __restrict__ counts,
         }
       }
     }
-  };
+  }
+};
+
+template <int CHUNKS, int U>
+__device__ __forceinline__ void spmm_wide(const int* __restrict__ counts,
+                                const __nv_bfloat16* __restrict__ data,
+                                const unsigned short* __restrict__ indices,
+                                const long long* __restrict__ overflow_indptr,
+                                const int* __restrict__ overflow_indices,
+                                const __nv_bfloat16* __restrict__ overflow_data,
+                                long long n_rows, long long n_cols, int tile_width, int slots,
+                                const __nv_bfloat16* __restrict__ b, long long n,
+                                __nv_bfloat16* __restrict__ out) {
+  constexpr int kSpan = kWarp * 8;
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= n_rows) return;
+  const long long n0 = static_cast<long long>(blockIdx.y) * kSpan * CHUNKS + lane * 8;
+  bool active[CHUNKS];
+  float acc[CHUNKS][8];
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    active[c] = n0 + c * kSpan < n;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[c][i] = 0.0f;
+  }
+
+  Gather<CHUNKS, U> gather{b, n, n0, active, acc};
 
   for (long long tile = 0; tile < tiles; ++tile) {
     const long long pair = row * tiles + tile;
@@ -85,11 +117,7 @@ __device__ __forceinline__ void spmm_wide(const int* __restrict__ counts,
         word = (static_cast<unsigned>(__bfloat16_as_ushort(data[pair * slots + s])) << 16) |
                indices[pair * slots + s];
       }
-      consume(min(kWarp, used - s0), [&](int e, float& v, long long& col) {
-        const unsigned w = __shfl_sync(kFullMask, word, e);
-        v = __uint_as_float(w & 0xffff0000u);
-        col = col0 + (w & 0xffffu);
-      });
+      gather(min(kWarp, used - s0), SlotEntry{word, col0});
     }
   }
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
@@ -101,11 +129,8 @@ __device__ __forceinline__ void spmm_wide(const int* __restrict__ counts,
       my_val = __bfloat162float(overflow_data[j]);
       my_col = overflow_indices[j];
     }
-    consume(static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0)),
-            [&](int e, float& v, long long& col) {
-              v = __shfl_sync(kFullMask, my_val, e);
-              col = __shfl_sync(kFullMask, my_col, e);
-            });
+    gather(static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0)),
+           OverflowEntry{my_val, my_col});
   }
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
