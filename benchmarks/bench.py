@@ -436,6 +436,15 @@ def matmul_same(xp, a, b):
     return out if out.dtype == a.dtype else out.astype(a.dtype)
 
 
+def spmm_way(a, n):
+    """How ``a @ B`` (B with ``n`` columns) runs on a GPU: the gather kernel, or cuBLAS on
+    ``a.toarray()`` (the JSON's ``impl``; the memory check aside, the library's own rule)."""
+    from twell import _layout
+
+    dense = _layout.dense_product_pays(*a.shape, n, a.dtype.itemsize, a._nnz_hint)
+    return "toarray + cuBLAS" if dense else "gather"
+
+
 def csr_nbytes(nnz, rows, itemsize, index_bytes=4, indptr_bytes=4):
     return int(nnz) * (itemsize + index_bytes) + (int(rows) + 1) * indptr_bytes
 
@@ -1273,7 +1282,7 @@ def run_activation_case(bench, case, inp32, dtype, with_gemm, sweep=False):
                 continue
             bench.measure(case, "spmm", "twell", lambda i, a=a: a[i] @ down[i], family="twell",
                           variant=var, nbuf=nb, check=chk, flops=flops,
-                          nbytes=a[0].nbytes + out_bytes)
+                          nbytes=a[0].nbytes + out_bytes, impl=spmm_way(a[0], n))
 
     if sweep:
         bench.guarded(case, "spmm", spmm_ops)

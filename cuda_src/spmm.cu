@@ -7,14 +7,87 @@
 
 using namespace twell;
 
-// SpMM. One warp per (row, 32 * VEC output columns): lane l owns columns
-// n0 = (blockIdx.y * 32 + l) * VEC ... n0 + VEC - 1. The warp reads 32 slots at a time, one per
-// lane, and broadcasts each entry with shuffles; for every entry each lane loads its VEC values
-// of the B row (one 16-byte load when VEC > 1: the launcher checks N % VEC == 0 and alignment).
-// Entries are taken four at a time so that four B loads are in flight before the FMAs.
-// `gate` points to true unless twell_spmm_mma computes the product instead.
-// Grid: (ceil(M / warps per block), ceil(N / (32 * VEC))); grid y is at most 65535, so the
-// launcher splits wider products into column chunks.
+// SpMM, the gather kernel. One warp per (row, kChunks * 32 * VEC output columns): in chunk c
+// lane l owns the VEC columns n0 + c * 32 * VEC, n0 = (blockIdx.y * kChunks * 32 + l) * VEC
+// (so the warp's load of one chunk is 32 * VEC contiguous values of a B row). The warp finds
+// the row's non-empty tiles 32 at a time (one coalesced read of the counts and a ballot, so a
+// wide matrix with few entries per row does not pay a serial read per tile), reads their slots
+// 32 at a time, one per lane, and broadcasts each entry with shuffles (one for 16-bit values:
+// value and column travel in one word). Per entry a lane issues up to kChunks independent
+// 16-byte loads (one value when VEC == 1) of the B row before its FMAs, so a warp keeps
+// kChunks loads in flight while it reads the slots once per kChunks * 32 * VEC columns.
+// kChunks = 4 (1024 bf16 columns per warp) measured 1.5x faster than one 256-column chunk with
+// 4 entries in flight, at 99% on the paper's down projection (H200, benchmarks/NOTES.md).
+// `gate` points to true unless another kernel (tensor cores, cuBLAS) computes the product.
+// Grid: (ceil(M / warps per block), ceil(N / (kChunks * 32 * VEC))).
+constexpr int kChunks = 4;
+
+// An entry held by one lane, broadcast to the warp by shuffles: the value (as Acc) and its
+// column (in the tile for slots, global for overflow entries: < 2^31 either way).
+template <typename T> struct Shuffled {
+  using Acc = typename Value<T>::Acc;
+  Acc value = Acc(0);
+  int column = 0;
+  Shuffled() = default;
+  __device__ Shuffled(T v, int c) : value(Value<T>::to_acc(v)), column(c) {}
+  __device__ void broadcast(int e, Acc& v, int& c) const {
+    v = __shfl_sync(kFullMask, value, e);
+    c = __shfl_sync(kFullMask, column, e);
+  }
+};
+
+// A 16-bit slot in one word and one shuffle: value bits << 16 | column in the tile (tile
+// columns are unsigned short).
+template <typename T> struct Packed16 {
+  unsigned word = 0;
+  Packed16() = default;
+  __device__ Packed16(T v, int c)
+      : word(static_cast<unsigned>(*reinterpret_cast<const unsigned short*>(&v)) << 16 |
+             static_cast<unsigned>(c)) {}
+  __device__ void broadcast(int e, float& v, int& c) const {
+    const unsigned w = __shfl_sync(kFullMask, word, e);
+    const unsigned short bits = static_cast<unsigned short>(w >> 16);
+    v = Value<T>::to_acc(*reinterpret_cast<const T*>(&bits));
+    c = static_cast<int>(w & 0xffffu);
+  }
+};
+
+template <typename T> struct SlotWord : Shuffled<T> {
+  using Shuffled<T>::Shuffled;
+};
+template <> struct SlotWord<__half> : Packed16<__half> {
+  using Packed16<__half>::Packed16;
+};
+template <> struct SlotWord<__nv_bfloat16> : Packed16<__nv_bfloat16> {
+  using Packed16<__nv_bfloat16>::Packed16;
+};
+
+// acc += the `len` entries held one per lane by `word` (every lane calls it: it shuffles),
+// whose B rows are col0 + their columns.
+template <typename T, int VEC, typename Word>
+__device__ __forceinline__ void gather_rows(int len, const Word& word, long long col0,
+                                            const T* __restrict__ b, long long n, long long n0,
+                                            typename Value<T>::Acc (&acc)[kChunks][VEC]) {
+  constexpr int kSpan = kWarp * VEC;
+  for (int e = 0; e < len; ++e) {
+    typename Value<T>::Acc v;
+    int c;
+    word.broadcast(e, v, c);
+    const T* src = b + (col0 + c) * n;
+    T bv[kChunks][VEC];
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) load_vec<T, VEC>(src, n0 + k * kSpan, n, bv[k]);
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      // Columns past n are skipped, not multiplied by zero padding: 0 * Inf would be NaN.
+      if (n0 + k * kSpan < n) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[k][i] += v * Value<T>::to_acc(bv[k][i]);
+      }
+    }
+  }
+}
+
 template <typename T, int VEC>
 __global__ void twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
                                 const unsigned short* __restrict__ indices,
@@ -26,73 +99,54 @@ __global__ void twell_spmm_rows(const int* __restrict__ counts, const T* __restr
                                 const bool* __restrict__ gate, T* __restrict__ out) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
   using Acc = typename Value<T>::Acc;
-  if (!*gate) return;  // the tensor-core kernel computes this product
+  constexpr int kSpan = kWarp * VEC;
+  if (!*gate) return;  // another kernel computes this product
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= n_rows) return;
-  const long long n0 = (static_cast<long long>(blockIdx.y) * kWarp + lane) * VEC;
-  const bool active = n0 < n;
-  Acc acc[VEC];
+  const long long n0 = (static_cast<long long>(blockIdx.y) * kChunks * kWarp + lane) * VEC;
+  Acc acc[kChunks][VEC];
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) acc[i] = Acc(0);
+  for (int k = 0; k < kChunks; ++k) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[k][i] = Acc(0);
+  }
 
-  // Accumulate `len` entries held one per lane (lanes >= len hold zeros).
-  auto consume = [&](int len, Acc my_val, long long my_col) {
-    for (int e0 = 0; e0 < len; e0 += 4) {
-      Acc v[4];
-      T bv[4][VEC];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        v[u] = __shfl_sync(kFullMask, my_val, e0 + u);
-        const long long col = __shfl_sync(kFullMask, my_col, e0 + u);
-        // Entries past len (and idle lanes) read row 0 of B and multiply by zero... unless
-        // B holds Inf/NaN, so they are skipped instead.
-        if (active && e0 + u < len) load_vec<T, VEC>(b + col * n, n0, n, bv[u]);
+  const int* row_counts = counts + row * tiles;
+  for (long long t0 = 0; t0 < tiles; t0 += kWarp) {
+    const int my_count = t0 + lane < tiles ? row_counts[t0 + lane] : 0;
+    unsigned nonempty = __ballot_sync(kFullMask, my_count > 0);
+    while (nonempty) {  // the non-empty tiles in order: the sums keep their order
+      const int l = __ffs(nonempty) - 1;
+      nonempty &= nonempty - 1;
+      const long long tile = t0 + l;
+      const int used = __shfl_sync(kFullMask, my_count, l);
+      const long long pair = row * tiles + tile;
+      for (int s0 = 0; s0 < used; s0 += kWarp) {
+        const int s = s0 + lane;
+        SlotWord<T> word;
+        if (s < used) word = SlotWord<T>(data[pair * slots + s], indices[pair * slots + s]);
+        gather_rows<T, VEC>(min(kWarp, used - s0), word, tile * tile_width, b, n, n0, acc);
       }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (active && e0 + u < len) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) acc[i] += v[u] * Value<T>::to_acc(bv[u][i]);
-        }
-      }
-    }
-  };
-
-  for (long long tile = 0; tile < tiles; ++tile) {
-    const long long pair = row * tiles + tile;
-    const int used = counts[pair];
-    for (int s0 = 0; s0 < used; s0 += kWarp) {
-      const int s = s0 + lane;
-      Acc my_val = Acc(0);
-      long long my_col = 0;
-      if (s < used) {
-        my_val = Value<T>::to_acc(data[pair * slots + s]);
-        my_col = tile * tile_width + indices[pair * slots + s];
-      }
-      consume(min(kWarp, used - s0), my_val, my_col);
     }
   }
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
   for (long long j0 = o_start; j0 < o_end; j0 += kWarp) {
     const long long j = j0 + lane;
-    Acc my_val = Acc(0);
-    long long my_col = 0;
-    if (j < o_end) {
-      my_val = Value<T>::to_acc(overflow_data[j]);
-      my_col = overflow_indices[j];
-    }
-    consume(static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0)), my_val, my_col);
+    Shuffled<T> word;
+    if (j < o_end) word = Shuffled<T>(overflow_data[j], overflow_indices[j]);
+    gather_rows<T, VEC>(static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0)), word,
+                        0, b, n, n0, acc);
   }
-  if (active) {
-    T res[VEC];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) res[i] = Value<T>::from_acc(acc[i]);
-    if (VEC > 1) {
-      store_vec<T, VEC>(out + row * n, n0, res);
-    } else {
-      out[row * n + n0] = res[0];
+  for (int k = 0; k < kChunks; ++k) {
+    const long long j = n0 + k * kSpan;
+    if (j < n) {
+      T res[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) res[i] = Value<T>::from_acc(acc[k][i]);
+      store_vec<T, VEC>(out + row * n, j, res);
     }
   }
 }

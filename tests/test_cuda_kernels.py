@@ -148,8 +148,10 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
 ])
 def test_every_spmm_kernel_matches_the_float64_product(rng, dtype, m, k, n, tile_width,
                                                        slots, density):
-    # The default (tensor cores for 16-bit values where they apply) and twell_spmm_rows,
-    # within rounding of the float64 product, on edge shapes of both kernels' blockings.
+    # Every way of the SpMM (the default, the gather kernel twell_spmm_rows, the tensor-core
+    # kernel where it applies, and A.toarray() @ B by cuBLAS), within rounding of the float64
+    # product, on edge shapes of the kernels' blockings (twell_spmm_rows: 1024 16-bit columns
+    # per warp in 4 chunks, so N = 8..136 leaves chunks and lanes idle).
     x = _activations(rng, m, k, density, dtype)
     a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
     assert a.slots == slots
@@ -158,24 +160,70 @@ def test_every_spmm_kernel_matches_the_float64_product(rng, dtype, m, k, n, tile
     scale = np.abs(x.astype(np.float64).get()) @ np.abs(rhs.astype(np.float64).get())
     tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
     args = (a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype))
-    for variant in (None, "rows"):
+    for variant in (None, "rows", "mma", "dense"):
         Backend("cupy").poison()  # an output element left unwritten shows as NaN
         got = _cupy_backend.spmm(*args, variant=variant).astype(np.float64).get()
         assert np.all(np.abs(got - want) <= tol * scale + 1e-30), variant
     np.testing.assert_array_equal((a @ rhs).get(), _cupy_backend.spmm(*args).get())
 
 
-def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng):
-    # The tensor-core kernel multiplies padding zeros by B: the launcher must hand B with
-    # Inf/NaN to twell_spmm_rows.
-    x = _activations(rng, 600, 512, 0.01, twell.bfloat16)
-    rhs = _activations(rng, 512, 64, 1.0, twell.bfloat16)
+@pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("variant", [None, "rows", "mma", "dense"])
+def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng, dtype, variant):
+    # The tensor-core kernel multiplies padding zeros by B, and the dense product A's zeros:
+    # the launcher must hand B with Inf/NaN to twell_spmm_rows (gated on the device).
+    x = _activations(rng, 600, 512, 0.01, dtype)
+    rhs = _activations(rng, 512, 64, 1.0, dtype)
     rhs[3, 5], rhs[300, 7] = np.inf, np.nan
     a = twell.TwELLMatrix(x, slots=8)
-    got = (a @ rhs).astype(np.float64).get()
+    Backend("cupy").poison()
+    got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype),
+                             variant=variant).astype(np.float64).get()
     want = scipy.sparse.csr_array(x.astype(np.float64).get()) @ rhs.astype(np.float64).get()
     assert np.array_equal(np.isnan(got), np.isnan(want))
     assert np.array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=2e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])
+def test_default_spmm_densifies_above_the_measured_density(rng, monkeypatch, dtype):
+    # A @ B takes A.toarray() @ B (cuBLAS) when the entry count known from construction puts
+    # the density above _layout.DENSE_PRODUCT_DENSITY, and the gather kernel otherwise or
+    # when the count is unknown (slots given), with no host synchronisation either way.
+    # The minimum work is lowered so that a test-sized product qualifies.
+    monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
+    densified = []
+    to_dense = _cupy_backend.to_dense
+    monkeypatch.setattr(_cupy_backend, "to_dense",
+                        lambda *args: densified.append(args[1]) or to_dense(*args))
+    itemsize = np.dtype(dtype).itemsize
+    threshold = _layout.DENSE_PRODUCT_DENSITY[itemsize]
+    rhs = _activations(rng, 700, 40, 1.0, dtype)
+    for density, slots, dense in [(3 * threshold, "auto", True), (threshold / 3, "auto", False),
+                                  (3 * threshold, 40, False)]:
+        x = _activations(rng, 300, 700, density, dtype)
+        a = twell.TwELLMatrix(x, slots=slots)
+        assert a._nnz_hint == (int(cupy.count_nonzero(x)) if slots == "auto" else None)
+        densified.clear()
+        Backend("cupy").poison()
+        got = (a @ rhs).astype(np.float64).get()
+        assert densified == ([(300, 700)] if dense else []), (density, slots)
+        want = x.astype(np.float64).get() @ rhs.astype(np.float64).get()
+        scale = np.abs(x.astype(np.float64).get()) @ np.abs(rhs.astype(np.float64).get())
+        tol = 1e-5 if itemsize == 4 else 1e-2
+        assert np.all(np.abs(got - want) <= tol * scale + 1e-30), (density, slots)
+
+
+def test_default_spmm_gathers_when_the_dense_temporary_does_not_fit(rng, monkeypatch):
+    monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
+    monkeypatch.setattr(_cupy_backend, "_free_device_bytes", lambda: 0)
+    monkeypatch.setattr(_cupy_backend, "to_dense", lambda *args: pytest.fail("densified"))
+    x = _activations(rng, 300, 700, 0.5, twell.bfloat16)
+    rhs = _activations(rng, 700, 40, 1.0, twell.bfloat16)
+    a = twell.TwELLMatrix(x)
+    want = x.astype(np.float64).get() @ rhs.astype(np.float64).get()
+    np.testing.assert_allclose((a @ rhs).astype(np.float64).get(), want, rtol=2e-2, atol=0.1)
 
 
 @pytest.mark.parametrize("size", [1, 257, 4095, 4096, 70000])

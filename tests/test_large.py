@@ -137,10 +137,14 @@ def test_wide_and_tall_products_stay_within_the_grid_limits(gpu, monkeypatch, rn
     for dtype in (np.float32, twell.bfloat16):
         a = twell.TwELLMatrix(gpu.asarray(x.astype(dtype)), tile_width=256, slots=2)
         b = (rng.integers(-4, 5, (300, 200)) / 4).astype(dtype)
-        want = (a @ gpu.asarray(b)).get()
-        monkeypatch.setattr(_cupy_backend, "_MAX_GRID_Y", 2)
-        got = (a @ gpu.asarray(b)).get()
-        monkeypatch.undo()
-        np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
         ref = (x.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).astype(dtype)
-        np.testing.assert_array_equal(got.astype(np.float64), ref.astype(np.float64))
+        for variant in (None, "mma"):  # the gather kernel, and the tensor-core one (bf16)
+            def product(variant=variant, a=a, b=b, dtype=dtype):
+                return _cupy_backend.spmm(a._parts, a.shape, a.tile_width, gpu.asarray(b),
+                                          np.dtype(dtype), variant=variant).get()
+            want = product()
+            monkeypatch.setattr(_cupy_backend, "_MAX_GRID_Y", 2)
+            got = product()
+            monkeypatch.undo()
+            np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+            np.testing.assert_array_equal(got.astype(np.float64), ref.astype(np.float64))

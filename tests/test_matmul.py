@@ -264,3 +264,52 @@ def test_mixing_numpy_matrix_and_cupy_operand_is_a_type_error(gpu):
 def test_python_lists_are_accepted_on_the_host():
     a = twell.TwELLMatrix(np.array([[1.0, 0], [0, 2.0]]))
     np.testing.assert_array_equal(a @ [1.0, 1.0], [1.0, 2.0])
+
+
+# -- how A @ B runs on a GPU: the entry count known from construction -----------------------
+
+
+@pytest.mark.parametrize("source", ["dense", "csr"])
+def test_auto_slots_construction_knows_the_entry_count(backend, rng, source):
+    # The GPU's A @ B chooses between gathering B rows and cuBLAS on A.toarray() from this
+    # count, which slots="auto" gets from its per-tile histogram without reading the GPU.
+    x = rng.standard_normal((40, 700)) * (rng.random((40, 700)) < 0.05)
+    x[3, :300] = 1.0  # overflow
+    a = twell.TwELLMatrix(backend.asarray(x if source == "dense" else sp.csr_array(x)))
+    assert a.overflow_nnz > 0
+    assert a._nnz_hint == a.nnz == np.count_nonzero(x)
+    assert twell.TwELLMatrix(backend.asarray(x), slots=4)._nnz_hint is None  # unknown: no read
+    assert a.T._nnz_hint == a.nnz
+    assert a.copy()._nnz_hint == a.nnz
+    # A cast that turns entries into zeros drops them, and the count follows.
+    tiny = a * 1e-45  # float32 subnormals: entries below ~0.7 in magnitude round to 0
+    assert tiny.astype(np.float32)._nnz_hint == tiny.astype(np.float32).nnz < a.nnz
+
+
+def test_matmul_to_twell_estimates_the_entry_count(backend, rng):
+    # From the slots="auto" sample: every row when M <= 1024 (exact), a spread sample above.
+    x = backend.asarray(rng.standard_normal((300, 64)).astype(np.float32))
+    w = backend.asarray(rng.standard_normal((500, 64)).astype(np.float32))
+    a = twell.matmul_to_twell(x, w)
+    assert a._nnz_hint == a.nnz
+    assert twell.matmul_to_twell(x, w, slots=8)._nnz_hint is None
+    xx = backend.asarray(rng.standard_normal((3000, 64)).astype(np.float32))
+    big = twell.matmul_to_twell(xx, w)  # a sample of every third row
+    assert abs(big._nnz_hint - big.nnz) <= 0.02 * big.nnz
+
+
+@pytest.mark.parametrize(("sparsity", "itemsize", "nnz_known", "dense"), [
+    (0.99, 2, True, False),    # the paper's down projection at 99%: gather (0.54 vs 0.55 ms)
+    (0.95, 2, True, True),     # at 95%: 2.15 ms gathering, 0.55 densified (H200)
+    (0.95, 2, False, False),   # entry count unknown (slots given): gather, no sync
+    (0.90, 4, True, False),    # float32 at 90%: 6.2 ms gathering, 7.6 densified
+    (0.80, 4, True, True),
+])
+def test_dense_product_choice_on_the_measured_shape(sparsity, itemsize, nnz_known, dense):
+    from twell import _layout
+
+    m, k, n = 16384, 5632, 2048
+    nnz = round((1 - sparsity) * m * k) if nnz_known else None
+    assert _layout.dense_product_pays(m, k, n, itemsize, nnz) is dense
+    # A product too small for cuBLAS to pay back the densification always gathers.
+    assert not _layout.dense_product_pays(64, 64, 64, itemsize, nnz)

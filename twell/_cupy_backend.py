@@ -30,6 +30,9 @@ _REDUCE_BLOCKS = 1024
 #: CUDA's limit on gridDim.y (gridDim.x allows 2**31 - 1 blocks).
 _MAX_GRID_Y = 65535
 
+#: Column chunks per warp of twell_spmm_rows (kChunks in spmm.cu).
+_ROWS_CHUNKS = 4
+
 
 def _blocks(items, per_block):
     return (int(-(-items // per_block)),)
@@ -98,11 +101,14 @@ def count_histogram(counts, size):
 
 
 def _nonfinite(b):
-    """Device bool scalar: whether the C-contiguous 16-bit ``b`` holds an Inf or a NaN.
+    """Device bool scalar: whether the C-contiguous ``b`` holds an Inf or a NaN.
 
-    One pass of ``twell_find_nonfinite`` over the bits; ``cupy.isfinite(b).all()`` would
-    write and then reduce a boolean array as large as ``b``.
+    16-bit values: one pass of ``twell_find_nonfinite`` over the bits;
+    ``cupy.isfinite(b).all()`` would write and then reduce a boolean array as large as ``b``
+    (wider values take that way: CuPy's isfinite sees their Inf and NaN without a flush).
     """
+    if b.dtype.itemsize != 2:
+        return ~cupy.isfinite(b).all()
     found = cupy.zeros((), dtype=bool)
     if b.size:
         vec = _vec(b.dtype, _aligned(b))
@@ -377,22 +383,39 @@ def _mma_shape(dtype, tile_width, slots, b, requested=None):
     return None
 
 
-def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None):
+def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, nnz_hint=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
-    16-bit values with ``tile_width <= 256`` and ``N % 8 == 0`` run on tensor cores
-    (``twell_spmm_mma``, shape ``mma_shape`` or the first that fits), unless ``b`` holds Inf
-    or NaN: then, and for every other case, ``twell_spmm_rows`` runs. The choice between the
-    two is made on the device (both kernels are launched, one of them returns at once), so
-    there is no host synchronisation. ``variant="rows"`` (private: tests and benchmarks)
-    forces ``twell_spmm_rows``.
+    Two ways, chosen without a host synchronisation:
+
+    * the gather kernel ``twell_spmm_rows`` (a warp per row and 1024 columns of 16-bit
+      values, the B row of each entry read from L2), in every other case;
+    * ``A.toarray() @ b`` by cuBLAS when :func:`twell._layout.dense_product_pays` says so for
+      ``nnz_hint`` (A's entries, when known without reading the GPU) and the ``M x K`` dense
+      temporary takes at most half the free device memory. If ``b`` holds Inf or NaN, the
+      dense product would multiply A's zeros by them (NaN where A has no entry), so then the
+      gather kernel recomputes the product (gated on the device).
+
+    ``variant`` (private: tests and benchmarks) forces ``"rows"``, ``"dense"`` or ``"mma"``:
+    the tensor-core kernel ``twell_spmm_mma`` (shape ``mma_shape``, or the first that fits;
+    giving ``mma_shape`` implies it) for 16-bit values with ``tile_width <= 256`` and
+    ``N % 8 == 0``, gated the same way on ``b`` being finite. The gather kernel is faster
+    on the benchmarked shapes (``benchmarks/NOTES.md``, 2026-12-03), so it is not the default.
     """
     m, k = shape
     n = b.shape[1]
     if m == 0 or n == 0:
         return cupy.zeros((m, n), dtype=out_dtype)
-    # twell_spmm_rows puts blocks of 32 output columns (or more) on grid y, at most
-    # _MAX_GRID_Y of them: wider products run in column chunks (a copy of each chunk of b).
+    if variant is None:
+        itemsize = np.dtype(out_dtype).itemsize
+        variant = ("mma" if mma_shape is not None
+                   else "dense" if (_layout.dense_product_pays(m, k, n, itemsize, nnz_hint)
+                                    and 2 * m * k * itemsize <= _free_device_bytes())
+                   else "rows")
+    if variant not in ("rows", "dense", "mma"):
+        raise ValueError(f"variant must be None, 'rows', 'dense' or 'mma'; got {variant!r}")
+    # twell_spmm_rows puts blocks of its columns on grid y, at most _MAX_GRID_Y of them:
+    # wider products run in column chunks (a copy of each chunk of b).
     chunk = _MAX_GRID_Y * 32
     if n > chunk:
         out = cupy.empty((m, n), dtype=out_dtype)
@@ -401,34 +424,40 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None):
             out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype, mma_shape,
                                          variant)
         return out
-    out = cupy.empty((m, n), dtype=out_dtype)
     common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
               parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
               _i32(parts.data.shape[2]))
-    if n == 1:
+    if n == 1 and variant != "dense":
+        out = cupy.empty((m, n), dtype=out_dtype)
         kernel = _kernels.function("spmm.cu", _expr("twell_spmv", out_dtype))
         # One warp per row.
         kernel(_blocks(m, _WARPS), (_BLOCK,), (*common, b, out))
         return out
-    if variant not in (None, "rows"):
-        raise ValueError(f"variant must be None or 'rows'; got {variant!r}")
     run_rows = cupy.ones((), dtype=bool)
-    if variant == "rows":
-        mma_shape = None
-    else:
-        mma_shape = _mma_shape(out_dtype, tile_width, parts.data.shape[2], b, mma_shape)
-    if mma_shape is not None and -(-m // (_GROUP_ROWS * mma_shape[0] * mma_shape[1])) > _MAX_GRID_Y:
-        mma_shape = None  # its row blocks are grid y: too many rows for the tensor-core kernel
-    if mma_shape is not None:
+    if variant == "dense":
+        out = cupy.matmul(to_dense(parts, shape, tile_width), b)
+        out = out if out.dtype == out_dtype else cast(out, out_dtype)
         run_rows = _nonfinite(b)
-        finite = ~run_rows
-        _spmm_mma(parts, shape, tile_width, b, finite, out, mma_shape)
+    else:
+        out = cupy.empty((m, n), dtype=out_dtype)
+        if variant == "mma":
+            mma_shape = _mma_shape(out_dtype, tile_width, parts.data.shape[2], b, mma_shape)
+            rows_per_block = _GROUP_ROWS * mma_shape[0] * mma_shape[1] if mma_shape else 0
+            if mma_shape is not None and -(-m // rows_per_block) <= _MAX_GRID_Y:
+                run_rows = _nonfinite(b)
+                _spmm_mma(parts, shape, tile_width, b, ~run_rows, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
     kernel = _kernels.function("spmm.cu", _expr("twell_spmm_rows", out_dtype, vec))
-    # One warp per (row, 32 * vec output columns).
-    grid = (_blocks(m, _WARPS)[0], int(-(-n // (32 * vec))))
+    # One warp per (row, _ROWS_CHUNKS * 32 * vec output columns).
+    grid = (_blocks(m, _WARPS)[0], int(-(-n // (_ROWS_CHUNKS * 32 * vec))))
     kernel(grid, (_BLOCK,), (*common, b, _i64(n), run_rows, out))
     return out
+
+
+def _free_device_bytes():
+    """Free device memory, counting what CuPy's default pool holds unused (no sync)."""
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    return free + cupy.get_default_memory_pool().free_bytes()
 
 
 def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):

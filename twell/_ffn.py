@@ -13,7 +13,7 @@ activation, the packing kernel), as ``sparse_ffn`` does for its up and down proj
 import numpy as np
 
 from . import _backend, _layout
-from ._twell import TwELLMatrix, _auto_slots, _matmul
+from ._twell import TwELLMatrix, _matmul, _tile_counts_histogram
 from ._validation import (
     accumulator_dtype,
     check_slots,
@@ -136,6 +136,7 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     # Every _SAMPLE_ROWS-th row, at most about _SAMPLE_ROWS of them, chooses slots="auto".
     step = max(1, -(-m // _SAMPLE_ROWS))
     acc = accumulator_dtype(out)
+    nnz = None  # entries of the result, estimated from the slots="auto" sample
     if be.matmul_pack_supported(x, w, tile_width):
         if slots == "auto":
             # The sample's product in the inputs' dtype (16-bit: its values, and so its zeros,
@@ -144,20 +145,25 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
             # skip cuBLAS.
             rows = xp.ascontiguousarray(x[::step])
             sample = _activate(be.cast(xp.matmul(rows, w.T), acc), activation)
-            slots = _sample_slots(be, sample, tile_width)
+            slots, nnz = _sample_slots(be, sample, tile_width, m)
         check_storage(shape, tile_width, slots)
         return TwELLMatrix._from_parts(be.matmul_pack(x, w, tile_width, slots), shape,
-                                       tile_width)
+                                       tile_width, nnz)
     z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
     if slots == "auto":
-        slots = _sample_slots(be, z[::step], tile_width)
-    return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
+        slots, nnz = _sample_slots(be, z[::step], tile_width, m)
+    result = TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
+    result._nnz_hint = nnz
+    return result
 
 
-def _sample_slots(be, sample, tile_width):
-    """``slots="auto"`` from the activated product's sampled rows (one host sync on a GPU)."""
+def _sample_slots(be, sample, tile_width, m):
+    """``slots="auto"`` from the activated product's sampled rows (one host sync on a GPU),
+    and the product's entries estimated from the sample's (a hint for ``A @ B``)."""
     sample = _backend.array_module(sample).ascontiguousarray(sample)  # the kernel reads rows
-    return _auto_slots(be.tile_counts_dense(sample, tile_width), tile_width)
+    hist = _tile_counts_histogram(be.tile_counts_dense(sample, tile_width), tile_width)
+    nnz = _layout.histogram_nnz(hist) * m // max(sample.shape[0], 1)
+    return _layout.auto_slots(hist, tile_width), nnz
 
 
 def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
@@ -242,5 +248,5 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     # in this intermediate, which only feeds the down projection (as a dense layer would).
     parts = be.gated_up(gate._parts, gate.shape, gate.tile_width, _as(be, x, out),
                         _as(be, w_up, out))
-    h = TwELLMatrix._from_parts(parts, gate.shape, gate.tile_width)
+    h = TwELLMatrix._from_parts(parts, gate.shape, gate.tile_width, gate._nnz_hint)
     return _matmul(h, w_down.T)

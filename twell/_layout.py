@@ -121,3 +121,32 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     overflow = tail_nnz - s * tail_n
     ok = np.nonzero(overflow <= fraction * nnz)[0]
     return int(min(max(ok[0], 1), tile_width))
+
+
+def histogram_nnz(tile_counts_histogram):
+    """Non-zeros counted by a histogram of per-tile counts: ``sum_c hist[c] * c``."""
+    hist = np.asarray(tile_counts_histogram, dtype=np.int64)
+    return int((hist * np.arange(len(hist), dtype=np.int64)).sum())
+
+
+#: Density of A (stored entries / (M * K)) above which ``A @ B`` on the GPU densifies A and
+#: multiplies with cuBLAS instead of gathering B rows, by value itemsize. Measured on an H200
+#: (``benchmarks/NOTES.md``, 2026-12-03): the gather kernel costs about 2.2-2.9e-13 s per
+#: (entry x column of B) for 16-bit values and 3.3-6.9e-13 s for float32; ``toarray()`` plus
+#: cuBLAS about 2.9e-15 s per ``M * K * N`` for 16-bit values (tensor cores) and 4e-14 s for
+#: float32 (no TF32), so the two cross near 1.1% and 12% density. float64 moves twice the
+#: bytes of float32 per gathered value and its GEMM runs at about the float32 rate: ~10%.
+DENSE_PRODUCT_DENSITY = {2: 0.011, 4: 0.12, 8: 0.10}
+
+#: Products with fewer multiply-adds (``M * K * N``) always gather: below this the
+#: densified product's extra launches and its ``M x K`` temporary do not pay.
+DENSE_PRODUCT_MIN_WORK = 2**32
+
+
+def dense_product_pays(m, k, n, itemsize, nnz):
+    """Whether ``A @ B`` (A of shape ``(m, k)`` with ``nnz`` entries, B with ``n`` columns)
+    is faster as ``A.toarray() @ B`` on a GPU. ``nnz=None`` (not known without reading the
+    GPU) answers False: the choice never costs a synchronisation."""
+    if nnz is None or m * k * n < DENSE_PRODUCT_MIN_WORK:
+        return False
+    return nnz > DENSE_PRODUCT_DENSITY[itemsize] * m * k

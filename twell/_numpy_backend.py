@@ -104,11 +104,12 @@ def to_csr(parts, shape, tile_width):
 _SPMM_CHUNK = 1 << 22
 
 
-def spmm(parts, shape, tile_width, b, out_dtype):
+def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None):
     """``A @ b`` for TwELL ``A`` and a dense 2-D ``b`` of the parts' value dtype.
 
     Products accumulate in float32 (float64 for float64 data), then round to
-    ``out_dtype``.
+    ``out_dtype``. ``nnz_hint`` is unused here: the host has one way (the GPU backend
+    chooses between two with it).
     """
     rows, cols, vals = to_coo(parts, shape, tile_width)
     acc = accumulator_dtype(out_dtype)

@@ -144,19 +144,23 @@ class TwELLMatrix:
             result = other._relayout(tile_width, slots)
             if copy and result is src:
                 result = result.copy()
-            self._set(result._parts, result.shape, result.tile_width)
+            self._set(result._parts, result.shape, result.tile_width, result._nnz_hint)
             return
         if not isinstance(src, (_convert.Dense, _convert.CSR)):  # an ELLMatrix
             src = src._as_csr_input(dtype)
-        parts = _pack(src, tile_width, slots)
-        self._set(parts, src.shape, tile_width)
+        parts, nnz = _pack(src, tile_width, slots)
+        self._set(parts, src.shape, tile_width, nnz)
 
     # -- construction ----------------------------------------------------
 
-    def _set(self, parts, shape, tile_width):
+    def _set(self, parts, shape, tile_width, nnz_hint=None):
         self._parts = Parts(*parts)
         self._shape = tuple(int(v) for v in shape)
         self._tile_width = int(tile_width)
+        # The stored-entry count when twell knew it without reading the GPU (None otherwise),
+        # only to choose how A @ B runs: if the storage arrays are edited in place and it goes
+        # stale, a product may take the slower path, never a wrong one.
+        self._nnz_hint = nnz_hint
 
     def _init_from_parts(self, arrays, shape, tile_width, dtype, copy):
         if shape is None:
@@ -177,10 +181,10 @@ class TwELLMatrix:
             self._set(self.astype(dtype)._parts, shape, tile_width)
 
     @classmethod
-    def _from_parts(cls, parts, shape, tile_width):
+    def _from_parts(cls, parts, shape, tile_width, nnz_hint=None):
         """Wrap trusted storage arrays without checks (internal)."""
         obj = cls.__new__(cls)
-        obj._set(parts, shape, tile_width)
+        obj._set(parts, shape, tile_width, nnz_hint)
         return obj
 
     @classmethod
@@ -194,8 +198,8 @@ class TwELLMatrix:
         TwELLMatrix : the constructor, which accepts any input.
         """
         src = _convert.dense(x, dtype)
-        return cls._from_parts(_pack(src, check_tile_width(tile_width),
-                                     check_slots(slots, tile_width)), src.shape, tile_width)
+        parts, nnz = _pack(src, check_tile_width(tile_width), check_slots(slots, tile_width))
+        return cls._from_parts(parts, src.shape, tile_width, nnz)
 
     @classmethod
     def from_csr(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
@@ -509,12 +513,12 @@ class TwELLMatrix:
         if self._xp is np:
             return self
         return TwELLMatrix._from_parts(Parts(*(a.get() for a in self._parts)),
-                                       self.shape, self.tile_width)
+                                       self.shape, self.tile_width, self._nnz_hint)
 
     def copy(self):
         """Deep copy."""
         return TwELLMatrix._from_parts(Parts(*(a.copy() for a in self._parts)),
-                                       self.shape, self.tile_width)
+                                       self.shape, self.tile_width, self._nnz_hint)
 
     def astype(self, dtype, copy=True):
         """Cast the values to ``dtype``; entries that become zero are dropped."""
@@ -536,10 +540,12 @@ class TwELLMatrix:
         over = fn(p.overflow_data)
         lost = (int((mask & ~_algorithms.is_nonzero(data)).sum())
                 + int((~_algorithms.is_nonzero(over)).sum()))  # host sync
+        hint = None if self._nnz_hint is None else self._nnz_hint - lost
         result = TwELLMatrix._from_parts(p._replace(data=data, overflow_data=over),
-                                         self.shape, self.tile_width)
+                                         self.shape, self.tile_width, hint)
         if lost:
             result = result._repack(self.tile_width, self.slots)
+            result._nnz_hint = hint
         return result
 
     def _repack(self, tile_width, slots):
@@ -551,7 +557,8 @@ class TwELLMatrix:
             indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, self.shape[0]))
             indices, data = indices[keep], data[keep]
         src = _convert.CSR(indptr, indices, data, self.shape)
-        return TwELLMatrix._from_parts(_pack(src, tile_width, slots), self.shape, tile_width)
+        parts, nnz = _pack(src, tile_width, slots)
+        return TwELLMatrix._from_parts(parts, self.shape, tile_width, nnz)
 
     def _relayout(self, tile_width, slots):
         """This matrix with another tile width and slot count (itself if unchanged)."""
@@ -571,8 +578,8 @@ class TwELLMatrix:
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         m, k = self.shape
         src = _convert.csr_from_coo(cols, rows, vals, (k, m))
-        return TwELLMatrix._from_parts(_pack(src, self.tile_width, "auto"), (k, m),
-                                       self.tile_width)
+        parts, nnz = _pack(src, self.tile_width, "auto")
+        return TwELLMatrix._from_parts(parts, (k, m), self.tile_width, nnz)
 
     T = property(transpose, doc="Transpose (see :meth:`transpose`).")
 
@@ -697,20 +704,22 @@ def _matmul(a, b):
     vector = b.ndim == 1
     b2 = b.reshape(k, 1) if vector else b
     b2 = cast(b2, out_dtype) if b2.dtype != out_dtype else xp.ascontiguousarray(b2)
-    out = _backend_of(xp).spmm(parts, a.shape, a.tile_width, b2, out_dtype)
+    out = _backend_of(xp).spmm(parts, a.shape, a.tile_width, b2, out_dtype,
+                               nnz_hint=a._nnz_hint)
     return out.reshape(m) if vector else out
 
 
 def _pack(src, tile_width, slots):
-    """Dense or CSR input -> Parts, choosing slots when asked for "auto".
+    """Dense or CSR input -> ``(Parts, nnz)``, choosing slots when asked for "auto".
 
     Every TwELL matrix that twell builds passes here: the storage limit is checked
     before the per-(row, tile) arrays are allocated. With ``slots="auto"`` the per-tile
-    counts give the overflow size too, so the pack need not read it back from the GPU.
+    counts give the overflow size and the number of entries too, so the pack need not read
+    them back from the GPU; with slots given, ``nnz`` is None (unknown without a read).
     """
     be = _backend_of(_backend.array_module(src.data if src.kind == "csr" else src.array))
     check_storage(src.shape, tile_width, 1 if slots == "auto" else slots)
-    n_over = None
+    n_over = nnz = None
     if slots == "auto":
         if src.kind == "dense":
             counts = be.tile_counts_dense(src.array, tile_width)
@@ -719,11 +728,12 @@ def _pack(src, tile_width, slots):
         hist = _tile_counts_histogram(counts, tile_width)
         slots = _layout.auto_slots(hist, tile_width)
         n_over = _layout.slot_overflow(hist, slots)
+        nnz = _layout.histogram_nnz(hist)
         check_storage(src.shape, tile_width, slots)
     if src.kind == "dense":
-        return be.pack_dense(src.array, tile_width, slots, n_over=n_over)
+        return be.pack_dense(src.array, tile_width, slots, n_over=n_over), nnz
     return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots,
-                       n_over=n_over)
+                       n_over=n_over), nnz
 
 
 def _tile_counts_histogram(tile_counts, tile_width):
@@ -737,11 +747,6 @@ def _tile_counts_histogram(tile_counts, tile_width):
         raise RuntimeError(f"internal error: {int(hist[-1])} per-tile counts outside "
                            f"[0, {tile_width}]")
     return hist[:-1]
-
-
-def _auto_slots(tile_counts, tile_width):
-    """``slots="auto"`` from per-tile counts (one small device-to-host copy on the GPU)."""
-    return _layout.auto_slots(_tile_counts_histogram(tile_counts, tile_width), tile_width)
 
 
 def _sparse_type(xp, fmt, dtype):
