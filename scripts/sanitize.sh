@@ -31,8 +31,9 @@
 # TWELL_SANITIZER=<tool> (tests/conftest.py): under initcheck cupy.matmul writes into a zeroed
 # output (a memset the tool sees); under racecheck the one test whose auto-slots sample is
 # such a GEMM (M = 1000, K = 4096, N = 11008) gives its slots instead, which keeps twell's
-# kernels on that shape in view (they had 0 hazards so, 2026-12-03). Not yet run on a GPU
-# (written 2026-12-03 after the device time ran out).
+# kernels on that shape in view (they had 0 hazards so, 2026-12-03), and cupy.matmul of
+# 16-bit operands runs in float32 (the dense SpMM path and the tests call it on small
+# shapes too). With these, all three tools ran the whole suite clean (H200, 2026-12-03).
 # Only the pytest process is instrumented (--target-processes application-only): test_cli's
 # `runs` fixture starts ~30 `python -m twell` children at once (host-only file conversions;
 # the GPU paths of the CLI run in-process), and the tool attached to all of them segfaulted

@@ -18,6 +18,9 @@
   cuBLAS's Hopper GEMM kernels, so without this every kernel that reads a product of
   ``cupy.matmul`` is reported as reading uninitialised memory (H200, 2026-12-03,
   ``benchmarks/NOTES.md``); with it the tool still checks every read of twell's kernels.
+  Under ``racecheck``, ``cupy.matmul`` of 16-bit operands runs in float32: cuBLAS's 16-bit
+  Hopper GEMMs make racecheck with ``--kernel-name`` fail ("failed to handle a hardware
+  exception"), which breaks the CUDA context for every later test (H200, 2026-12-03).
 * ``TWELL_TEST_LOG=path``: append each test's outcome and duration to that file as it ends, so
   that a run cut short by a time limit still tells which tests took the time.
 """
@@ -53,20 +56,30 @@ if os.environ.get("TWELL_NO_MEMORY_POOL") and twell.cuda_available():
 
 SANITIZER = os.environ.get("TWELL_SANITIZER", "")
 
-if SANITIZER == "initcheck" and twell.cuda_available():
+if SANITIZER in ("initcheck", "racecheck") and twell.cuda_available():
     import cupy
 
     _cublas_matmul = cupy.matmul
 
-    def _matmul_into_zeros(a, b, *args, **kwargs):
-        # The zeros are a memset, which initcheck tracks; cuBLAS then overwrites them.
+    def _matmul_for_the_sanitizer(a, b, *args, **kwargs):
         if (args or kwargs or not isinstance(a, cupy.ndarray) or not isinstance(b, cupy.ndarray)
                 or a.ndim != 2 or b.ndim != 2):
             return _cublas_matmul(a, b, *args, **kwargs)
-        out = cupy.zeros((a.shape[0], b.shape[1]), dtype=cupy.result_type(a, b))
+        dtype = cupy.result_type(a, b)
+        if SANITIZER == "racecheck":
+            if dtype.itemsize == 2:
+                # cuBLAS's 16-bit Hopper GEMMs crash racecheck run with --kernel-name; float32
+                # operands (exact casts) take other kernels, and the product rounds once.
+                from twell._cupy_backend import cast  # CuPy's casts flush subnormals
+
+                wide = _cublas_matmul(cast(a, np.float32), cast(b, np.float32))
+                return cast(wide, dtype)
+            return _cublas_matmul(a, b)
+        # The zeros are a memset, which initcheck tracks; cuBLAS then overwrites them.
+        out = cupy.zeros((a.shape[0], b.shape[1]), dtype=dtype)
         return _cublas_matmul(a, b, out=out)
 
-    cupy.matmul = _matmul_into_zeros
+    cupy.matmul = _matmul_for_the_sanitizer
 
 
 def pytest_configure(config):
