@@ -1,10 +1,13 @@
-"""PROTOTYPE check and timing of ``matmul_pack_sm90_tma.cu`` (TMA + mbarriers, sm_90a).
+"""PROTOTYPE check and timing of the TMA kernels of the Hopper fused GEMM -> TwELL (sm_90a):
+``matmul_pack_sm90_tma.cu`` (TMA + mbarriers) and ``matmul_pack_sm90_cluster.cu`` (the same in
+clusters of 2 CTAs, the w tile multicast).
 
 Not part of the package or the test-suite: the development script of the next Hopper
-``twell_matmul_pack_sm90``. One device call answers: does the TMA kernel give the shipped
+``twell_matmul_pack_sm90``. One device call answers: does each prototype give the shipped
 kernels' bits (swapped in for ``twell_matmul_pack_sm90`` under ``_cupy_backend.matmul_pack``
 and ``twell.matmul_to_twell``), and how fast is it against the shipped wgmma and mma.sync
-kernels and cuBLAS. Run from the repository root on an H100/H200:
+kernels and cuBLAS. A prototype that fails to compile or to check is reported and skipped.
+Run from the repository root on an H100/H200:
 
     PYTHONPATH=. python benchmarks/prototypes/matmul_pack_sm90_tma.py
 
@@ -23,17 +26,19 @@ import twell
 from twell import _cupy_backend, _kernels
 
 HERE = pathlib.Path(__file__).resolve().parent
-NAME = "proto_matmul_pack_sm90_tma"
 STAGES, BM, BN, BK, THREADS = 4, 128, 256, 64, 288
 SMEM = STAGES * (BM + BN) * BK * 2 + 2 * STAGES * 8 + 1024
 SHIPPED = ("matmul_pack_sm90.cu", "twell_matmul_pack_sm90")
+#: name -> (source, w box rows, CTAs per cluster along M)
+PROTOTYPES = {"proto_matmul_pack_sm90_tma": ("matmul_pack_sm90_tma.cu", BN, 1),
+              "proto_matmul_pack_sm90_cluster": ("matmul_pack_sm90_cluster.cu", BN // 2, 2)}
 
 
-def compile_kernel():
-    loaded = _kernels.nvrtc_module((HERE / "matmul_pack_sm90_tma.cu").read_text(),
-                                   "matmul_pack_sm90_tma.cu", "sm_90a",
-                                   [f"-I{_kernels.source_dir()}"])
-    return _kernels.ArchKernel(loaded.get_function(NAME), loaded)
+def compile_kernel(name):
+    source = PROTOTYPES[name][0]
+    loaded = _kernels.nvrtc_module((HERE / source).read_text(), source, "sm_90a",
+                                   [f"-I{_kernels.source_dir()}", f"-I{HERE}"])
+    return _kernels.ArchKernel(loaded.get_function(name), loaded)
 
 
 def _encode():
@@ -72,10 +77,11 @@ def tensor_map(array, box_rows):
 class Swapped:
     """Called as the launcher calls twell_matmul_pack_sm90; runs the prototype with the tensor
     maps of that call's x and w appended. The maps (on the device) are kept per (address,
-    shape) of x and w, so that timed calls do not pay for encoding and copying them."""
+    shape) of x and w, so that timed calls do not pay for encoding and copying them. A
+    cluster kernel gets its grid: the row blocks rounded up to whole clusters."""
 
-    def __init__(self, kernel):
-        self.kernel = kernel
+    def __init__(self, kernel, w_box_rows=BN, cluster=1):
+        self.kernel, self.w_box_rows, self.cluster = kernel, w_box_rows, cluster
         self.maps = {}
 
     def __call__(self, grid, block, args, shared_mem=0):
@@ -83,7 +89,11 @@ class Swapped:
         key = (x.data.ptr, x.shape, w.data.ptr, w.shape)
         if key not in self.maps:
             self.maps[key] = cupy.asarray(np.concatenate([tensor_map(x, BM),
-                                                          tensor_map(w, BN)]))
+                                                          tensor_map(w, self.w_box_rows)]))
+        row_blocks, col_blocks = -(-x.shape[0] // BM), -(-w.shape[0] // BN)
+        assert grid == (row_blocks * col_blocks,), grid
+        pairs = -(-row_blocks // self.cluster)
+        grid = (pairs * self.cluster * col_blocks,)
         return self.kernel(grid, (THREADS,), (*args, self.maps[key]), shared_mem=SMEM)
 
     def _set_shared(self, size):
@@ -93,9 +103,9 @@ class Swapped:
 
 
 @contextlib.contextmanager
-def swapped_in(kernel):
+def swapped_in(kernel, name):
     shipped, smem = _kernels.function, _cupy_backend._MATMUL_SM90_SMEM
-    swap = Swapped(kernel)
+    swap = Swapped(kernel, *PROTOTYPES[name][1:])
 
     def function(name, expression):
         return swap if (name, expression) == SHIPPED else shipped(name, expression)
@@ -121,7 +131,7 @@ def same_bits(a, b):
         for p, q in zip(a, b, strict=True))
 
 
-def check(kernel, rng):
+def check(kernel, name, rng):
     cases = [((128, 64, 256), 256, 5), ((77, 136, 300), 8, 1), ((300, 72, 777), 64, 2),
              ((1000, 4096, 2752), 64, 5), ((2048, 2048, 5632), 256, 13)]
     ok = True
@@ -129,7 +139,7 @@ def check(kernel, rng):
         x, w = operands(rng, m, k, n)
         want = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
         mma = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="mma")
-        with swapped_in(kernel):
+        with swapped_in(kernel, name):
             got = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
             tight = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1,
                                               variant="sm90")
@@ -157,32 +167,41 @@ def median_ms(fn, reps=20, warmup=3):
 
 
 def main():
+    """The shipped kernels first, then each prototype (checked, then timed) in turn: a
+    prototype that breaks the CUDA context (a fault) then costs only what comes after it."""
     rng = np.random.default_rng(7)
-    kernel = compile_kernel()
-    print(NAME)
-    ok = check(kernel, rng)
     m, k, n = 16384, 2048, 5632
     x, w = operands(rng, m, k, n, shift=2.3)
     flop = 2.0 * m * k * n
-    rows = {
-        "cupy.matmul (cuBLAS)": lambda: cupy.matmul(x, w.T),
-        "matmul_pack S=13, mma.sync (shipped, fp16 path)":
-            lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="mma"),
-        "matmul_pack S=13, wgmma cp.async (shipped)":
-            lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="sm90"),
-    }
-    print(f"\nM={m} K={k} N={n} bf16, CUDA events, median of 20")
-    for label, fn in rows.items():
+
+    def show(label, fn):
         t = median_ms(fn)
-        print(f"  {label:<52} {t:7.3f} ms {flop / t / 1e9:7.0f} TFLOP/s")
-    with swapped_in(kernel):
-        for label, fn in {
-            "matmul_pack S=13, TMA prototype":
-                lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="sm90"),
-            "twell.matmul_to_twell auto, TMA prototype": lambda: twell.matmul_to_twell(x, w),
-        }.items():
-            t = median_ms(fn)
-            print(f"  {label:<52} {t:7.3f} ms {flop / t / 1e9:7.0f} TFLOP/s")
+        print(f"  {label:<56} {t:7.3f} ms {flop / t / 1e9:7.0f} TFLOP/s", flush=True)
+
+    print(f"M={m} K={k} N={n} bf16, CUDA events, median of 20")
+    show("cupy.matmul (cuBLAS)", lambda: cupy.matmul(x, w.T))
+    show("matmul_pack S=13, mma.sync (shipped, fp16 path)",
+         lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="mma"))
+    show("matmul_pack S=13, wgmma cp.async (shipped)",
+         lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="sm90"))
+    ok = True
+    for name in PROTOTYPES:
+        print(f"\n{name}", flush=True)
+        try:
+            kernel = compile_kernel(name)
+            passed = check(kernel, name, rng)
+        except Exception as exc:  # noqa: BLE001 - a prototype's failure is a result to print
+            print(f"  FAILED: {type(exc).__name__}: {exc}")
+            passed = False
+        ok &= passed
+        if not passed:
+            continue
+        short = name.removeprefix("proto_matmul_pack_sm90_")
+        with swapped_in(kernel, name):
+            show(f"matmul_pack S=13, {short} prototype",
+                 lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="sm90"))
+            show(f"twell.matmul_to_twell auto, {short} prototype",
+                 lambda: twell.matmul_to_twell(x, w))
     print("all checks passed" if ok else "CHECKS FAILED")
 
 

@@ -1,0 +1,91 @@
+// tma.cuh: PROTOTYPE helpers (not part of the package) shared by the TMA prototypes of the
+// Hopper fused GEMM -> TwELL kernel: mbarriers, TMA loads (one CTA, or multicast to the CTAs
+// of a cluster) and cluster synchronisation, as inline PTX for sm_90a.
+#pragma once
+
+namespace twell_proto {
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile(
+      "{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::
+          "r"(bar), "r"(bytes)
+      : "memory");
+}
+
+// Until the phase of parity `parity` has completed (a fresh barrier counts the phase before
+// its first as completed: waiting for parity 1 returns at once).
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// The box at (column c0, row c1) of the tensor `tmap` describes, into shared memory at dst;
+// its bytes count towards the transaction of the mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* tmap, unsigned bar, int c0,
+                                            int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(tmap)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// The same box, written at the same shared-memory offset (and completing the transaction of
+// the mbarrier at the same offset) in every CTA of the cluster named in cta_mask.
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const void* tmap, unsigned bar,
+                                                      int c0, int c1, unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(tmap)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+// One arrival on the mbarrier at shared-memory offset `bar` of the cluster's CTA `rank`
+// (release at cluster scope: this thread's earlier reads of the stage happen before).
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_ctarank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every CTA of the cluster.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+               ::: "memory");
+}
+
+// The tensor maps were written by a host copy: order that write before the TMA unit reads
+// them through its own proxy (scope .sys: the writer is the host, as the CUDA programming
+// guide's example for maps in global memory says).
+__device__ __forceinline__ void acquire_tensor_map(const void* tmap) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(
+                   reinterpret_cast<unsigned long long>(tmap))
+               : "memory");
+}
+
+}  // namespace twell_proto
