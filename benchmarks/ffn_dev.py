@@ -16,7 +16,7 @@ from scipy.special import ndtri
 
 import twell
 from twell import _cupy_backend as gb
-from twell import _ffn, _twell
+from twell import _ffn, _layout, _twell
 
 p = argparse.ArgumentParser()
 p.add_argument("--m", type=int, default=16384)
@@ -86,6 +86,11 @@ for s in map(float, args.sparsities.split(",")):
         print(f"{s:>8} {name:<40} {t:8.3f} {flops / t / 1e9:8.1f}", flush=True)
 
 
+def auto_slots(counts, tile_width=256):
+    """slots="auto" from per-tile counts, as twell chooses it (one histogram, one sync)."""
+    return _layout.auto_slots(_twell._tile_counts_histogram(counts, tile_width), tile_width)
+
+
 def auto_stages(w):
     """Each step of matmul_to_twell(x, w) with slots="auto", timed alone (ms)."""
     step = -(-x.shape[0] // _ffn._SAMPLE_ROWS)
@@ -93,7 +98,7 @@ def auto_stages(w):
     prod = rows @ w.T
     sample = cupy.maximum(gb.cast(prod, np.float32), 0)
     counts = gb.tile_counts_dense(sample, 256)
-    slots = _twell._auto_slots(counts, 256)
+    slots = auto_slots(counts)
     full_counts = gb.tile_counts_dense(cupy.maximum(x @ w.T, 0), 256)
     flat = counts.reshape(-1)
     return slots, {
@@ -104,9 +109,8 @@ def auto_stages(w):
         "(counts < 0).any() (bincount's 1st sync)": lambda: bool((flat < 0).any()),
         "int(counts.max()) (bincount's 2nd sync)": lambda: int(flat.max()),
         "cupy.bincount(sample counts)": lambda: cupy.bincount(flat, minlength=1),
-        "_auto_slots(sample counts)": lambda: _twell._auto_slots(counts, 256),
-        "_auto_slots(all counts), as the pack's auto": lambda: _twell._auto_slots(full_counts,
-                                                                                   256),
+        "auto slots (sample counts)": lambda: auto_slots(counts),
+        "auto slots (all counts), as the pack's auto": lambda: auto_slots(full_counts),
         f"matmul_pack with the chosen S={slots}": lambda: gb.matmul_pack(x, w, 256, slots),
         "matmul_to_twell(x, w) (auto)": lambda: twell.matmul_to_twell(x, w),
     }

@@ -145,6 +145,7 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
     (700, 600, 16, 100, 32, 0.4),     # many slots
     (40, 2048, 136, 320, 5, 0.05),    # wide tiles; overflow in most tiles
     (600, 300, 8, 16, 2, 0.5),        # narrow tiles
+    (64, 700, 40, 16, 3, 0.02),       # 44 tiles a row: the non-empty ones found 32 at a time
 ])
 def test_every_spmm_kernel_matches_the_float64_product(rng, dtype, m, k, n, tile_width,
                                                        slots, density):
@@ -189,7 +190,7 @@ def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng, dtype, varian
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])
 def test_default_spmm_densifies_above_the_measured_density(rng, monkeypatch, dtype):
     # A @ B takes A.toarray() @ B (cuBLAS) when the entry count known from construction puts
-    # the density above _layout.DENSE_PRODUCT_DENSITY, and the gather kernel otherwise or
+    # the density above _layout.dense_product_density, and the gather kernel otherwise or
     # when the count is unknown (slots given), with no host synchronisation either way.
     # The minimum work is lowered so that a test-sized product qualifies.
     monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
@@ -198,10 +199,10 @@ def test_default_spmm_densifies_above_the_measured_density(rng, monkeypatch, dty
     monkeypatch.setattr(_cupy_backend, "to_dense",
                         lambda *args: densified.append(args[1]) or to_dense(*args))
     itemsize = np.dtype(dtype).itemsize
-    threshold = _layout.DENSE_PRODUCT_DENSITY[itemsize]
+    threshold = _layout.dense_product_density(40, itemsize)  # 0.12 (bf16), 0.27 (float32)
     rhs = _activations(rng, 700, 40, 1.0, dtype)
-    for density, slots, dense in [(3 * threshold, "auto", True), (threshold / 3, "auto", False),
-                                  (3 * threshold, 40, False)]:
+    for density, slots, dense in [(2 * threshold, "auto", True), (threshold / 3, "auto", False),
+                                  (2 * threshold, 40, False)]:
         x = _activations(rng, 300, 700, density, dtype)
         a = twell.TwELLMatrix(x, slots=slots)
         assert a._nnz_hint == (int(cupy.count_nonzero(x)) if slots == "auto" else None)
@@ -215,15 +216,64 @@ def test_default_spmm_densifies_above_the_measured_density(rng, monkeypatch, dty
         assert np.all(np.abs(got - want) <= tol * scale + 1e-30), (density, slots)
 
 
-def test_default_spmm_gathers_when_the_dense_temporary_does_not_fit(rng, monkeypatch):
+@pytest.mark.parametrize("dtype", [twell.bfloat16, np.float16, np.float32],
+                         ids=["bf16", "f16", "f32"])
+def test_spmm_reads_the_last_column_of_the_widest_tile(rng, dtype):
+    # tile_width 65536: a 16-bit slot travels as value bits << 16 | column, and column 65535
+    # fills the low half of that word.
+    k = 65536
+    x = np.zeros((5, k), dtype=np.float64)
+    x[0, [0, 1, k - 1]] = [1.5, -2.0, 3.0]
+    x[3, k - 1], x[4, 32768] = -0.75, 2.5
+    a = twell.TwELLMatrix(cupy.asarray(x.astype(dtype)), tile_width=k, slots=2)
+    assert a.overflow_nnz == 1  # row 0 holds three entries in its one tile
+    rhs = _activations(rng, k, 24, 1.0, dtype)
+    want = x @ rhs.astype(np.float64).get()
+    for variant in (None, "rows", "dense"):
+        Backend("cupy").poison()
+        got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype),
+                                 variant=variant).astype(np.float64).get()
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2, err_msg=str(variant))
+
+
+def test_float32_products_never_densify_into_tf32(rng, monkeypatch):
+    # With CuPy's float32 matmul set to TF32 (CUPY_TF32=1), the dense path would round the
+    # inputs to 10-bit mantissas: the automatic choice then keeps float32 on the gather kernel.
+    import os
+
+    on = os.environ.get("CUPY_TF32", "0") not in ("", "0")
+    assert _cupy_backend._float32_gemm_is_tf32() is on
     monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
-    monkeypatch.setattr(_cupy_backend, "_free_device_bytes", lambda: 0)
+    monkeypatch.setattr(_cupy_backend, "_float32_gemm_is_tf32", lambda: True)
     monkeypatch.setattr(_cupy_backend, "to_dense", lambda *args: pytest.fail("densified"))
+    x = _activations(rng, 300, 700, 0.9, np.float32)
+    rhs = _activations(rng, 700, 40, 1.0, np.float32)
+    want = x.astype(np.float64).get() @ rhs.astype(np.float64).get()
+    np.testing.assert_allclose((twell.TwELLMatrix(x) @ rhs).get(), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("why", ["too large for the device", "allocation fails"])
+def test_default_spmm_gathers_when_the_dense_temporary_does_not_fit(rng, monkeypatch, why):
+    # The temporary may take 1/8 of the device's memory (of the total, so that the choice does
+    # not depend on what is free at the call); when it cannot be allocated anyway, the gather
+    # kernel runs. Asking for the dense path explicitly keeps the error.
+    monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
+    if why == "too large for the device":
+        monkeypatch.setattr(_cupy_backend, "_device_bytes", lambda: 1)
+        monkeypatch.setattr(_cupy_backend, "to_dense", lambda *args: pytest.fail("densified"))
+    else:
+        def out_of_memory(*args):
+            raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
+        monkeypatch.setattr(_cupy_backend, "to_dense", out_of_memory)
     x = _activations(rng, 300, 700, 0.5, twell.bfloat16)
     rhs = _activations(rng, 700, 40, 1.0, twell.bfloat16)
     a = twell.TwELLMatrix(x)
     want = x.astype(np.float64).get() @ rhs.astype(np.float64).get()
+    Backend("cupy").poison()
     np.testing.assert_allclose((a @ rhs).astype(np.float64).get(), want, rtol=2e-2, atol=0.1)
+    if why == "allocation fails":
+        with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
+            _cupy_backend.spmm(a._parts, a.shape, a.tile_width, rhs, rhs.dtype, variant="dense")
 
 
 @pytest.mark.parametrize("size", [1, 257, 4095, 4096, 70000])

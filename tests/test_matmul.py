@@ -281,6 +281,7 @@ def test_auto_slots_construction_knows_the_entry_count(backend, rng, source):
     assert twell.TwELLMatrix(backend.asarray(x), slots=4)._nnz_hint is None  # unknown: no read
     assert a.T._nnz_hint == a.nnz
     assert a.copy()._nnz_hint == a.nnz
+    assert twell.TwELLMatrix(a, slots=3)._nnz_hint == a.nnz  # a repack counts its CSR
     # A cast that turns entries into zeros drops them, and the count follows.
     tiny = a * 1e-45  # float32 subnormals: entries below ~0.7 in magnitude round to 0
     assert tiny.astype(np.float32)._nnz_hint == tiny.astype(np.float32).nnz < a.nnz
@@ -312,4 +313,18 @@ def test_dense_product_choice_on_the_measured_shape(sparsity, itemsize, nnz_know
     nnz = round((1 - sparsity) * m * k) if nnz_known else None
     assert _layout.dense_product_pays(m, k, n, itemsize, nnz) is dense
     # A product too small for cuBLAS to pay back the densification always gathers.
-    assert not _layout.dense_product_pays(64, 64, 64, itemsize, nnz)
+    assert not _layout.dense_product_pays(64, 64, 64, itemsize, 64 * 64)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_narrow_products_need_a_denser_matrix_to_densify(itemsize):
+    # The densification costs M * K whatever N is: the fewer the columns of B, the denser A
+    # must be, and a matrix-vector product (A.sum(axis=1) included) never densifies.
+    from twell import _layout
+
+    densities = [_layout.dense_product_density(n, itemsize) for n in (1, 16, 256, 2048, 8192)]
+    assert densities == sorted(densities, reverse=True)
+    assert densities[0] > 1
+    m = k = 1 << 17
+    assert not _layout.dense_product_pays(m, k, 1, itemsize, m * k)  # full, and still not
+    assert _layout.dense_product_pays(m, k, 2048, itemsize, m * k)

@@ -6,6 +6,8 @@ the outputs and compute the grid next to the launch. Everything runs on
 CuPy's current stream; the device-to-host synchronisations are marked.
 """
 
+import os
+
 import cupy
 import numpy as np
 
@@ -391,10 +393,11 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     * the gather kernel ``twell_spmm_rows`` (a warp per row and 1024 columns of 16-bit
       values, the B row of each entry read from L2), in every other case;
     * ``A.toarray() @ b`` by cuBLAS when :func:`twell._layout.dense_product_pays` says so for
-      ``nnz_hint`` (A's entries, when known without reading the GPU) and the ``M x K`` dense
-      temporary takes at most half the free device memory. If ``b`` holds Inf or NaN, the
-      dense product would multiply A's zeros by them (NaN where A has no entry), so then the
-      gather kernel recomputes the product (gated on the device).
+      ``nnz_hint`` (A's entries, when known without reading the GPU), the ``M x K`` dense
+      temporary takes at most 1/8 of the device's memory (and can be allocated: if not, the
+      gather kernel runs), and (float32) CuPy's matmul is not set to TF32. If ``b`` holds Inf
+      or NaN, the dense product would multiply A's zeros by them (NaN where A has no entry),
+      so then the gather kernel recomputes the product (gated on the device).
 
     ``variant`` (private: tests and benchmarks) forces ``"rows"``, ``"dense"`` or ``"mma"``:
     the tensor-core kernel ``twell_spmm_mma`` (shape ``mma_shape``, or the first that fits;
@@ -406,11 +409,13 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     n = b.shape[1]
     if m == 0 or n == 0:
         return cupy.zeros((m, n), dtype=out_dtype)
-    if variant is None:
+    chosen = variant is None
+    if chosen:
         itemsize = np.dtype(out_dtype).itemsize
         variant = ("mma" if mma_shape is not None
                    else "dense" if (_layout.dense_product_pays(m, k, n, itemsize, nnz_hint)
-                                    and 2 * m * k * itemsize <= _free_device_bytes())
+                                    and not (itemsize == 4 and _float32_gemm_is_tf32())
+                                    and m * k * itemsize <= _device_bytes() // _DENSE_SHARE)
                    else "rows")
     if variant not in ("rows", "dense", "mma"):
         raise ValueError(f"variant must be None, 'rows', 'dense' or 'mma'; got {variant!r}")
@@ -435,7 +440,13 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         return out
     run_rows = cupy.ones((), dtype=bool)
     if variant == "dense":
-        out = cupy.matmul(to_dense(parts, shape, tile_width), b)
+        try:
+            out = cupy.matmul(to_dense(parts, shape, tile_width), b)
+        except cupy.cuda.memory.OutOfMemoryError:
+            if not chosen:
+                raise
+            # The device's memory is in use elsewhere: the gather kernel needs no temporary.
+            return spmm(parts, shape, tile_width, b, out_dtype, variant="rows")
         out = out if out.dtype == out_dtype else cast(out, out_dtype)
         run_rows = _nonfinite(b)
     else:
@@ -454,10 +465,29 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     return out
 
 
-def _free_device_bytes():
-    """Free device memory, counting what CuPy's default pool holds unused (no sync)."""
-    free, _ = cupy.cuda.runtime.memGetInfo()
-    return free + cupy.get_default_memory_pool().free_bytes()
+def _float32_gemm_is_tf32():
+    """Whether CuPy's float32 matmul rounds its inputs to TF32 (``CUPY_TF32=1``, or
+    ``cupy._core.set_compute_type``): the automatic dense path then stays away from float32,
+    whose products twell promises in float32."""
+    try:
+        from cupy._core import _routines_linalg
+
+        # 7 is COMPUTE_TYPE_TF32 (a Cython constant, cupy/_core/_routines_linalg.pxd).
+        return int(_routines_linalg.get_compute_type(np.dtype(np.float32))) == 7
+    except Exception:  # noqa: BLE001 - a CuPy without this private API: its documented switch
+        return int(os.environ.get("CUPY_TF32", "0") or 0) > 0
+
+
+#: The dense path's ``M x K`` temporary may take up to this share of the device's memory.
+#: The share is of the total, not of what is free at the call, so that the choice, and with it
+#: the result's bits, does not change with memory pressure; when the temporary cannot be
+#: allocated, the gather kernel runs instead.
+_DENSE_SHARE = 8
+
+
+def _device_bytes():
+    """Total memory of the current device (no sync)."""
+    return cupy.cuda.runtime.memGetInfo()[1]
 
 
 def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):

@@ -129,24 +129,39 @@ def histogram_nnz(tile_counts_histogram):
     return int((hist * np.arange(len(hist), dtype=np.int64)).sum())
 
 
-#: Density of A (stored entries / (M * K)) above which ``A @ B`` on the GPU densifies A and
-#: multiplies with cuBLAS instead of gathering B rows, by value itemsize. Measured on an H200
-#: (``benchmarks/NOTES.md``, 2026-12-03): the gather kernel costs about 2.2-2.9e-13 s per
-#: (entry x column of B) for 16-bit values and 3.3-6.9e-13 s for float32; ``toarray()`` plus
-#: cuBLAS about 2.9e-15 s per ``M * K * N`` for 16-bit values (tensor cores) and 4e-14 s for
-#: float32 (no TF32), so the two cross near 1.1% and 12% density. float64 moves twice the
-#: bytes of float32 per gathered value and its GEMM runs at about the float32 rate: ~10%.
-DENSE_PRODUCT_DENSITY = {2: 0.011, 4: 0.12, 8: 0.10}
+#: The cost model that chooses how ``A @ B`` runs on a GPU, by value itemsize, from the
+#: paper's down projection on an H200 (M = 16384, K = 5632, N = 2048; ``benchmarks/NOTES.md``,
+#: 2026-12-03): ``GATHER_SECONDS`` per (stored entry x column of B) for the gather kernel
+#: (16-bit: 2.5e-13 from the sweep's slope; float32: 3.5e-13 at 90-99%; float64: twice
+#: float32's bytes, not measured on this shape), ``GEMM_MACS`` multiply-adds per second of
+#: cuBLAS (16-bit on tensor cores: 4.5e14; float32 without TF32: 2.5e13; float64: 3.1e13),
+#: and ``DENSIFY_BYTES`` per second for ``A.toarray()`` (written, then read by the GEMM).
+GATHER_SECONDS = {2: 2.5e-13, 4: 3.5e-13, 8: 7e-13}
+GEMM_MACS = {2: 4.5e14, 4: 2.5e13, 8: 3.1e13}
+DENSIFY_BYTES = 1.8e12
 
 #: Products with fewer multiply-adds (``M * K * N``) always gather: below this the
 #: densified product's extra launches and its ``M x K`` temporary do not pay.
 DENSE_PRODUCT_MIN_WORK = 2**32
 
 
+def dense_product_density(n, itemsize):
+    """Density of A above which ``A.toarray() @ B`` (B with ``n`` columns) beats the gather
+    kernel in the model: ``nnz * n * gather > M * K * n / gemm + M * K * itemsize / densify``.
+
+    The first term is the GEMM's (1.1% for 16-bit values at ``n = 2048``, 11.7% for float32);
+    the second, the densification's, grows as ``n`` shrinks (above 1 for 16-bit values below
+    about ``n = 5``: a matrix-vector product never densifies).
+    """
+    g = GATHER_SECONDS[itemsize]
+    return 1.0 / (GEMM_MACS[itemsize] * g) + itemsize / (n * DENSIFY_BYTES * g)
+
+
 def dense_product_pays(m, k, n, itemsize, nnz):
     """Whether ``A @ B`` (A of shape ``(m, k)`` with ``nnz`` entries, B with ``n`` columns)
-    is faster as ``A.toarray() @ B`` on a GPU. ``nnz=None`` (not known without reading the
-    GPU) answers False: the choice never costs a synchronisation."""
-    if nnz is None or m * k * n < DENSE_PRODUCT_MIN_WORK:
+    is faster as ``A.toarray() @ B`` on a GPU, by :func:`dense_product_density`. ``nnz=None``
+    (not known without reading the GPU) answers False: the choice never costs a
+    synchronisation."""
+    if nnz is None or n < 1 or m * k * n < DENSE_PRODUCT_MIN_WORK:
         return False
-    return nnz > DENSE_PRODUCT_DENSITY[itemsize] * m * k
+    return nnz > dense_product_density(n, itemsize) * m * k

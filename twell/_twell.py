@@ -126,6 +126,7 @@ class TwELLMatrix:
     # Let ``ndarray @ TwELLMatrix`` reach __rmatmul__ instead of NumPy's ufunc.
     __array_ufunc__ = None
     __array_priority__ = 100.0
+    _nnz_hint = None  # see _set; a class default for objects that never went through _set
 
     def __init__(self, arg, shape=None, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto",
                  dtype=None, copy=False):
@@ -544,8 +545,7 @@ class TwELLMatrix:
         result = TwELLMatrix._from_parts(p._replace(data=data, overflow_data=over),
                                          self.shape, self.tile_width, hint)
         if lost:
-            result = result._repack(self.tile_width, self.slots)
-            result._nnz_hint = hint
+            result = result._repack(self.tile_width, self.slots)  # knows its exact count
         return result
 
     def _repack(self, tile_width, slots):
@@ -557,8 +557,9 @@ class TwELLMatrix:
             indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, self.shape[0]))
             indices, data = indices[keep], data[keep]
         src = _convert.CSR(indptr, indices, data, self.shape)
-        parts, nnz = _pack(src, tile_width, slots)
-        return TwELLMatrix._from_parts(parts, self.shape, tile_width, nnz)
+        parts, _ = _pack(src, tile_width, slots)
+        # The kept entries' count is the CSR's length, known on the host whatever the slots.
+        return TwELLMatrix._from_parts(parts, self.shape, tile_width, int(indices.size))
 
     def _relayout(self, tile_width, slots):
         """This matrix with another tile width and slot count (itself if unchanged)."""

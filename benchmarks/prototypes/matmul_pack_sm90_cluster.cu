@@ -23,6 +23,8 @@
 // column block) + rank; the padding CTA of an odd row-block count loads zero-filled x rows and
 // packs nothing (rows >= M). 288 threads; dynamic shared memory as the TMA prototype.
 // tmaps: x with 64 x 128 boxes, then w with 64 x 128 boxes (half a w tile).
+// The waits trap after 2^26 polls (a first run: a protocol error becomes a launch error).
+// Reviewed 2026-12-03 against CUTLASS's PipelineTmaAsync (no defect found).
 // Prediction (H200, M = 16384, K = 2048, N = 5632, S = 13): 0.7-0.8 ms (TMA prototype: 0.923).
 #include "twell_layout.cuh"
 #include "mma.cuh"
@@ -90,7 +92,7 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
       acquire_tensor_map(tmap_w);
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % kStages;
-        mbarrier_wait(empty(s), ((kt / kStages) & 1) ^ 1);
+        mbarrier_wait_or_trap<true>(empty(s), ((kt / kStages) & 1) ^ 1);
         mbarrier_arrive_expect_tx(full(s), kStageBytes);
         const unsigned a_s = stages + s * kStageBytes;
         tma_load_2d(a_s, tmap_x, full(s), kt * kBK, static_cast<int>(m0));
@@ -105,7 +107,7 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
     for (int i = 0; i < 128; ++i) d[i] = 0.0f;
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % kStages;
-      mbarrier_wait(full(s), (kt / kStages) & 1);
+      mbarrier_wait_or_trap<false>(full(s), (kt / kStages) & 1);
       __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
       const __nv_bfloat16* const a_s = smem + s * (kAStage + kBStage);
       const __nv_bfloat16* const b_s = a_s + kAStage;

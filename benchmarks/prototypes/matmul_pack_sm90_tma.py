@@ -133,7 +133,8 @@ def same_bits(a, b):
 
 def check(kernel, name, rng):
     cases = [((128, 64, 256), 256, 5), ((77, 136, 300), 8, 1), ((300, 72, 777), 64, 2),
-             ((1000, 4096, 2752), 64, 5), ((2048, 2048, 5632), 256, 13)]
+             ((1000, 4096, 2752), 64, 5), ((2048, 2048, 5632), 256, 13),
+             ((1100, 1024, 600), 64, 5)]  # odd row blocks (9) with the ring wrapping (16 k tiles)
     ok = True
     for (m, k, n), tile_width, slots in cases:
         x, w = operands(rng, m, k, n)

@@ -5,7 +5,7 @@ questions 1 and 2 (``benchmarks/NOTES.md``), at the paper's down projection (M =
 K = 5632, N = 2048, bf16, uniform sparsity 98-99.5%), every contender on the same inputs:
 
 * where the gather kernel and ``A.toarray() @ B`` (cuBLAS) cross, to set
-  ``twell._layout.DENSE_PRODUCT_DENSITY[2]``;
+  the constants of ``twell._layout.dense_product_density`` for 16-bit values;
 * whether the shipped kernel is held back by its launch: 32/64/128/256-thread blocks (the
   reference T2D runs 32-thread blocks), and occupancy (the same source compiled with
   ``--maxrregcount`` 64 and 80; the shipped build uses 89 registers on sm_90);

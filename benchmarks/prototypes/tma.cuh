@@ -35,6 +35,32 @@ __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
+// mbarrier_wait for a first run: acquire at cluster scope when kClusterScope (the waited-for
+// arrivals come released from the peer CTA), and __trap() after 2^26 polls, so that a
+// protocol error shows as a launch error instead of a hang.
+template <bool kClusterScope>
+__device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  for (unsigned polls = 0; !done; ++polls) {
+    if (polls == (1u << 26)) __trap();
+    if (kClusterScope) {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+          "%2;\nselp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    }
+  }
+}
+
 // The box at (column c0, row c1) of the tensor `tmap` describes, into shared memory at dst;
 // its bytes count towards the transaction of the mbarrier `bar`.
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* tmap, unsigned bar, int c0,
