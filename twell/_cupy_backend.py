@@ -393,7 +393,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     * the gather kernel ``twell_spmm_rows`` (a warp per row and 1024 columns of 16-bit
       values, the B row of each entry read from L2), in every other case;
     * ``A.toarray() @ b`` by cuBLAS when :func:`twell._layout.dense_product_pays` says so for
-      ``nnz_hint`` (A's entries, when known without reading the GPU), the ``M x K`` dense
+      ``nnz_hint`` (A's entries, when known without reading the GPU), ``b`` has at most
+      ``_MAX_GRID_Y * 32`` columns (wider products gather, in column chunks), the ``M x K`` dense
       temporary takes at most 1/8 of the device's memory (and can be allocated: if not, the
       gather kernel runs), and (float32) CuPy's matmul is not set to TF32. If ``b`` holds Inf
       or NaN, the dense product would multiply A's zeros by them (NaN where A has no entry),
@@ -414,6 +415,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         itemsize = np.dtype(out_dtype).itemsize
         variant = ("mma" if mma_shape is not None
                    else "dense" if (_layout.dense_product_pays(m, k, n, itemsize, nnz_hint)
+                                    and n <= _MAX_GRID_Y * 32  # no column chunks (below)
                                     and not (itemsize == 4 and _float32_gemm_is_tf32())
                                     and m * k * itemsize <= _device_bytes() // _DENSE_SHARE)
                    else "rows")
@@ -475,13 +477,16 @@ def _float32_gemm_is_tf32():
         # 7 is COMPUTE_TYPE_TF32 (a Cython constant, cupy/_core/_routines_linalg.pxd).
         return int(_routines_linalg.get_compute_type(np.dtype(np.float32))) == 7
     except Exception:  # noqa: BLE001 - a CuPy without this private API: its documented switch
-        return int(os.environ.get("CUPY_TF32", "0") or 0) > 0
+        try:
+            return int(os.environ.get("CUPY_TF32", "0") or 0) > 0
+        except ValueError:  # not a number: CuPy itself would refuse it at its first matmul
+            return False
 
 
 #: The dense path's ``M x K`` temporary may take up to this share of the device's memory.
 #: The share is of the total, not of what is free at the call, so that the choice, and with it
-#: the result's bits, does not change with memory pressure; when the temporary cannot be
-#: allocated, the gather kernel runs instead.
+#: the result's bits, does not change with memory pressure, except when the temporary cannot
+#: be allocated: then the gather kernel runs instead.
 _DENSE_SHARE = 8
 
 
