@@ -45,6 +45,7 @@ def slots_pass():
 gb._launch_pack_dense(z, 256, s, gb._MODE_SLOTS, totals, parts, parts.overflow_indptr, counter)
 over = gb._with_overflow(parts, gb._overflow_offsets(totals, s), max(a.overflow_nnz, 1), nt)
 real_offset = gb._overflow_offsets(totals, s)
+counts = gb.tile_counts_dense(z, 256)
 
 
 def slots_pass_pairs(pairs):
@@ -61,6 +62,8 @@ stages = {
     **{f"slots pass, PAIRS={p}": (functools.partial(slots_pass_pairs, p), z.nbytes)
        for p in _kernels.PACK_PAIRS_CHOICES},
     "count pass (kernel)": (lambda: gb.tile_counts_dense(z, 256), z.nbytes),
+    "count histogram + read-back (sync)": (
+        lambda: twell._twell._tile_counts_histogram(counts, 256), 0),
     "overflow size (sync)": (lambda: gb._overflow_size(counter), 0),
     "overflow offsets (cumsum)": (lambda: gb._overflow_offsets(totals, s), 0),
     "cumsum into out= (offsets)": (lambda: cupy.cumsum(totals.reshape(-1), out=cupy.empty(
