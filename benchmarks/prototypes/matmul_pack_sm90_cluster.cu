@@ -70,19 +70,12 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
   __nv_bfloat16* const smem = aligned_smem();
   const unsigned stages = smem_address(smem);
-  const unsigned bars = stages + kStages * kStageBytes;  // full[s] at 8 s, empty[s] after them
-  auto full = [&](int s) { return bars + 8u * s; };
-  auto empty = [&](int s) { return bars + 8u * (kStages + s); };
+  const StageBarriers<kStages> bars{stages + kStages * kStageBytes};
   const void* const tmap_x = tmaps;
   const void* const tmap_w = tmaps + 16;  // a CUtensorMap is 128 bytes
 
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full(s), 1);                          // this CTA's producer
-      mbarrier_init(empty(s), kCluster * kConsumerWarps);  // every consumer warp of the cluster
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  // full: this CTA's producer; empty: every consumer warp of the cluster.
+  if (tid == 0) bars.init(1, kCluster * kConsumerWarps);
   cluster_sync();
 
   float d[128];
@@ -92,11 +85,11 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
       acquire_tensor_map(tmap_w);
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % kStages;
-        mbarrier_wait_or_trap<true>(empty(s), ((kt / kStages) & 1) ^ 1);
-        mbarrier_arrive_expect_tx(full(s), kStageBytes);
+        mbarrier_wait_or_trap<true>(bars.empty(s), ((kt / kStages) & 1) ^ 1);
+        mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
         const unsigned a_s = stages + s * kStageBytes;
-        tma_load_2d(a_s, tmap_x, full(s), kt * kBK, static_cast<int>(m0));
-        tma_load_2d_multicast(a_s + (kAStage + rank * kHalfB) * 2, tmap_w, full(s), kt * kBK,
+        tma_load_2d(a_s, tmap_x, bars.full(s), kt * kBK, static_cast<int>(m0));
+        tma_load_2d_multicast(a_s + (kAStage + rank * kHalfB) * 2, tmap_w, bars.full(s), kt * kBK,
                               static_cast<int>(n0 + rank * (kBN / kCluster)),
                               static_cast<unsigned short>((1u << kCluster) - 1));
       }
@@ -107,13 +100,13 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
     for (int i = 0; i < 128; ++i) d[i] = 0.0f;
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % kStages;
-      mbarrier_wait_or_trap<false>(full(s), (kt / kStages) & 1);
+      mbarrier_wait_or_trap<false>(bars.full(s), (kt / kStages) & 1);
       __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
       const __nv_bfloat16* const a_s = smem + s * (kAStage + kBStage);
       const __nv_bfloat16* const b_s = a_s + kAStage;
       wgmma_stage(d, a_s, b_s, wg);
       // The previous tile's wgmma has completed: release its stage in both CTAs.
-      if (kt > 0 && lane < kCluster) mbarrier_arrive_cluster(empty((kt - 1) % kStages), lane);
+      if (kt > 0 && lane < kCluster) mbarrier_arrive_cluster(bars.empty((kt - 1) % kStages), lane);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_operands(d);

@@ -17,7 +17,9 @@ in global memory; it compiles with NVRTC as twell's loader does for ``ARCH_SOURC
 
 import contextlib
 import ctypes
+import functools
 import pathlib
+import sys
 
 import cupy
 import numpy as np
@@ -26,6 +28,10 @@ import twell
 from twell import _cupy_backend, _kernels
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: the development helpers
+import _dev  # noqa: E402
+
+median_ms = functools.partial(_dev.timed, reps=20)
 STAGES, BM, BN, BK, THREADS = 4, 128, 256, 64, 288
 SMEM = STAGES * (BM + BN) * BK * 2 + 2 * STAGES * 8 + 1024
 SHIPPED = ("matmul_pack_sm90.cu", "twell_matmul_pack_sm90")
@@ -151,20 +157,6 @@ def check(kernel, name, rng):
               f"shipped kernels: {verdict}")
         ok &= verdict
     return ok
-
-
-def median_ms(fn, reps=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
 
 
 def main():

@@ -18,6 +18,7 @@ budget differs). Run from the repository root on an H100/H200:
 """
 
 import argparse
+import functools
 import pathlib
 import sys
 
@@ -27,17 +28,12 @@ import numpy as np
 import twell
 from twell import _cupy_backend, _kernels
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # benchmarks/
+import _dev  # noqa: E402
+
+median_ms = functools.partial(_dev.timed, reps=20)
 EXPR = "twell_spmm_rows<__nv_bfloat16, 8>"
 COLUMNS_PER_WARP = _cupy_backend._ROWS_CHUNKS * 32 * 8
-
-
-def activations(rng, m, k, sparsity):
-    """bf16 (m, k) with about ``sparsity`` zeros, uniform over columns, positive values."""
-    from scipy.stats import norm
-
-    z = cupy.asarray(rng.standard_normal((m, k), dtype=np.float32))
-    t = float(norm.ppf(sparsity))
-    return cupy.where(z > t, z - t + 0.05, 0).astype(twell.bfloat16)
 
 
 def rows_kernel(maxrregcount=None):
@@ -62,27 +58,12 @@ def gather(kernel, a, b, block):
     return out
 
 
-def median_ms(fn, reps=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
-
-
 def same_bits(x, y):
     return x.shape == y.shape and bool(cupy.array_equal(x.view(np.uint16), y.view(np.uint16)))
 
 
 def reference_t2d(folder):
-    """(torch, Reference) from benchmarks/bench.py, or (None, why)."""
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    """(torch, Reference, to_torch) from benchmarks/bench.py, or (None, why, None)."""
     try:
         import bench
         import torch
@@ -112,7 +93,7 @@ def main():
         tout = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
     ok = True
     for s in (0.98, 0.985, 0.99, 0.9925, 0.995):
-        z = activations(rng, m, k, s)
+        z = _dev.activations(m, k, 2048, s, rng).astype(twell.bfloat16)  # bias trick
         a = twell.TwELLMatrix(z)
         want = gather(variants["256 thr"][0], a, b, 256)
         times = [median_ms(lambda z=z: z @ b),

@@ -21,45 +21,60 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned
       : "memory");
 }
 
-// Until the phase of parity `parity` has completed (a fresh barrier counts the phase before
-// its first as completed: waiting for parity 1 returns at once).
-__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
-  unsigned done = 0;
-  do {
+// One poll of the phase of parity `parity`: whether it has completed (a fresh barrier counts
+// the phase before its first as completed: parity 1 answers true at once). Acquire at cluster
+// scope when kClusterScope (the waited-for arrivals come released from the peer CTA).
+template <bool kClusterScope = false>
+__device__ __forceinline__ bool mbarrier_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  if (kClusterScope) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+        "%2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } else {
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         "selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
-  } while (!done);
+  }
+  return done != 0;
 }
 
-// mbarrier_wait for a first run: acquire at cluster scope when kClusterScope (the waited-for
-// arrivals come released from the peer CTA), and __trap() after 2^26 polls, so that a
-// protocol error shows as a launch error instead of a hang.
-template <bool kClusterScope>
-__device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned parity) {
-  unsigned done = 0;
-  for (unsigned polls = 0; !done; ++polls) {
-    if (polls == (1u << 26)) __trap();
-    if (kClusterScope) {
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
-          "%2;\nselp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(bar), "r"(parity)
-          : "memory");
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-          "selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(bar), "r"(parity)
-          : "memory");
-    }
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  while (!mbarrier_try_wait(bar, parity)) {
   }
 }
+
+// mbarrier_wait for a first run: __trap() after 2^26 polls, so that a protocol error shows as
+// a launch error instead of a hang.
+template <bool kClusterScope>
+__device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned parity) {
+  for (unsigned polls = 0; !mbarrier_try_wait<kClusterScope>(bar, parity); ++polls) {
+    if (polls == (1u << 26)) __trap();
+  }
+}
+
+// The ring's mbarriers, after its stages in shared memory: full[s] at 8 s, empty[s] after
+// them. Thread 0 initialises them (init), before a barrier of the block or cluster.
+template <int kStages>
+struct StageBarriers {
+  unsigned base;
+  __device__ unsigned full(int s) const { return base + 8u * s; }
+  __device__ unsigned empty(int s) const { return base + 8u * (kStages + s); }
+  __device__ void init(unsigned full_arrivals, unsigned empty_arrivals) const {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full(s), full_arrivals);
+      mbarrier_init(empty(s), empty_arrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+};
 
 // The box at (column c0, row c1) of the tensor `tmap` describes, into shared memory at dst;
 // its bytes count towards the transaction of the mbarrier `bar`.
