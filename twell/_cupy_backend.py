@@ -449,7 +449,6 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
                 raise
             # The device's memory is in use elsewhere: the gather kernel needs no temporary.
             return spmm(parts, shape, tile_width, b, out_dtype, variant="rows")
-        out = out if out.dtype == out_dtype else cast(out, out_dtype)
         run_rows = _nonfinite(b)
     else:
         out = cupy.empty((m, n), dtype=out_dtype)

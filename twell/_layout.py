@@ -108,7 +108,7 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     """
     hist = np.asarray(tile_counts_histogram, dtype=np.int64)
     c = np.arange(len(hist), dtype=np.int64)
-    nnz = int((hist * c).sum())
+    nnz = histogram_nnz(hist)
     if nnz == 0:
         return 1
     # Entries that stay in the overflow with s slots: sum over c > s of
