@@ -176,7 +176,7 @@ def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_pack_launch_configuration_gives_the_same_bits(gpu, monkeypatch, rng, dtype):
-    # The dense pack kernel takes 1, 4 or 8 (row, tile) pairs per warp (PACK_PAIRS): the
+    # The dense pack kernel takes 1, 2 or 4 (row, tile) pairs per warp (PACK_PAIRS): the
     # warps differ, the packed bits must not.
     from twell import _kernels
 

@@ -53,7 +53,7 @@ PACK_PAIRS = 4
 
 
 #: Every PAIRS the dense pack kernel is compiled for (benchmarks compare them).
-PACK_PAIRS_CHOICES = (1, 4, 8)
+PACK_PAIRS_CHOICES = (1, 2, 4)
 
 
 def _pack_dense():
