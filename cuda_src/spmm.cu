@@ -18,9 +18,20 @@ using namespace twell;
 // kChunks loads in flight while it reads the slots once per kChunks * 32 * VEC columns.
 // kChunks = 4 (1024 bf16 columns per warp) measured 1.5x faster than one 256-column chunk with
 // 4 entries in flight, at 99% on the paper's down projection (H200, benchmarks/NOTES.md).
+// Launch: one warp per block, at most kRowsMaxRegisters registers per thread (__maxnreg__,
+// CUDA >= 12.4; older compilers choose freely): 25 warps per SM where 89 registers and
+// 256-thread blocks gave 16. Measured 1.21x faster at 99% (0.511 against 0.620 ms, H200,
+// benchmarks/NOTES.md), bf16 spilling a few bytes; the reference T2D, at 62 registers and 32
+// warps per SM, reached 0.421 ms in the same run.
 // `gate` points to true unless another kernel (tensor cores, cuBLAS) computes the product.
-// Grid: (ceil(M / warps per block), ceil(N / (kChunks * 32 * VEC))).
+// Grid: (M, ceil(N / (kChunks * 32 * VEC))), blocks of kWarp threads.
 constexpr int kChunks = 4;
+constexpr int kRowsMaxRegisters = 80;
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
+#define TWELL_ROWS_MAXNREG __maxnreg__(kRowsMaxRegisters)
+#else
+#define TWELL_ROWS_MAXNREG
+#endif
 
 // An entry held by one lane, broadcast to the warp by shuffles: the value (as Acc) and its
 // column (in the tile for slots, global for overflow entries: < 2^31 either way).
@@ -89,7 +100,7 @@ __device__ __forceinline__ void gather_rows(int len, const Word& word, long long
 }
 
 template <typename T, int VEC>
-__global__ void twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
+__global__ void TWELL_ROWS_MAXNREG twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
                                 const unsigned short* __restrict__ indices,
                                 const long long* __restrict__ overflow_indptr,
                                 const int* __restrict__ overflow_indices,

@@ -460,9 +460,10 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
                 _spmm_mma(parts, shape, tile_width, b, ~run_rows, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
     kernel = _kernels.function("spmm.cu", _expr("twell_spmm_rows", out_dtype, vec))
-    # One warp per (row, _ROWS_CHUNKS * 32 * vec output columns).
-    grid = (_blocks(m, _WARPS)[0], int(-(-n // (_ROWS_CHUNKS * 32 * vec))))
-    kernel(grid, (_BLOCK,), (*common, b, _i64(n), run_rows, out))
+    # One warp per (row, _ROWS_CHUNKS * 32 * vec output columns), one warp per block (the
+    # kernel's __launch_bounds__).
+    grid = (m, int(-(-n // (_ROWS_CHUNKS * 32 * vec))))
+    kernel(grid, (32,), (*common, b, _i64(n), run_rows, out))
     return out
 
 

@@ -132,11 +132,13 @@ def histogram_nnz(tile_counts_histogram):
 #: The cost model that chooses how ``A @ B`` runs on a GPU, by value itemsize, from the
 #: paper's down projection on an H200 (M = 16384, K = 5632, N = 2048; ``benchmarks/NOTES.md``,
 #: 2026-12-03): ``GATHER_SECONDS`` per (stored entry x column of B) for the gather kernel
-#: (16-bit: 2.5e-13 from the sweep's slope; float32: 3.5e-13 at 90-99%; float64: twice
+#: (16-bit: 2.6e-13, which puts the model's crossover where the gather kernel with one warp
+#: per block and cuBLAS measured theirs, 1.06% at N = 2048 (the slope alone, 2.34e-13,
+#: leaves out the kernel's fixed ~0.07 ms); float32: 3.5e-13 at 90-99%; float64: twice
 #: float32's bytes, not measured on this shape), ``GEMM_MACS`` multiply-adds per second of
 #: cuBLAS (16-bit on tensor cores: 4.5e14; float32 without TF32: 2.5e13; float64: 3.1e13),
 #: and ``DENSIFY_BYTES`` per second for ``A.toarray()`` (written, then read by the GEMM).
-GATHER_SECONDS = {2: 2.5e-13, 4: 3.5e-13, 8: 7e-13}
+GATHER_SECONDS = {2: 2.6e-13, 4: 3.5e-13, 8: 7e-13}
 GEMM_MACS = {2: 4.5e14, 4: 2.5e13, 8: 3.1e13}
 DENSIFY_BYTES = 1.8e12
 
@@ -149,9 +151,9 @@ def dense_product_density(n, itemsize):
     """Density of A above which ``A.toarray() @ B`` (B with ``n`` columns) beats the gather
     kernel in the model: ``nnz * n * gather > M * K * n / gemm + M * K * itemsize / densify``.
 
-    The first term is the GEMM's (1.1% for 16-bit values at ``n = 2048``, 11.7% for float32);
-    the second, the densification's, grows as ``n`` shrinks (above 1 for 16-bit values below
-    about ``n = 5``: a matrix-vector product never densifies).
+    At ``n = 2048``: 1.06% for 16-bit values (0.85% from the GEMM's term), 11.7% for float32.
+    The densification's term grows as ``n`` shrinks (above 1 for 16-bit values below about
+    ``n = 5``: a matrix-vector product never densifies).
     """
     g = GATHER_SECONDS[itemsize]
     return 1.0 / (GEMM_MACS[itemsize] * g) + itemsize / (n * DENSIFY_BYTES * g)

@@ -8,7 +8,9 @@ K = 5632, N = 2048, bf16, uniform sparsity 98-99.5%), every contender on the sam
   the constants of ``twell._layout.dense_product_density`` for 16-bit values;
 * whether the shipped kernel is held back by its launch: 32/64/128/256-thread blocks (the
   reference T2D runs 32-thread blocks), and occupancy (the same source compiled with
-  ``--maxrregcount`` 64 and 80; the shipped build uses 89 registers on sm_90);
+  ``--maxrregcount`` 64 and 80, with 32- and 256-thread blocks; the build shipped then used
+  89 registers on sm_90; its run, 2026-12-03, made the kernel ship with 32-thread blocks and
+  ``__maxnreg__(80)``, so "256 thr" here is no longer the shipped launch);
 * the reference T2D (C = 8) beside them, when ``--reference DIR`` and PyTorch are given.
 
 Every gather variant must give the shipped kernel's bits (only the launch or the register
@@ -80,7 +82,7 @@ def main():
     m, k, n = 16384, 5632, 2048
     b = cupy.asarray(rng.standard_normal((k, n), dtype=np.float32) / 40).astype(twell.bfloat16)
     variants = {f"{blk} thr": (rows_kernel(), blk) for blk in (32, 64, 128, 256)}
-    variants.update({f"r{r} 256": (rows_kernel(r), 256) for r in (64, 80)})
+    variants.update({f"r{r} {blk}": (rows_kernel(r), blk) for r in (64, 80) for blk in (32, 256)})
     torch, ref, to_torch = reference_t2d(args.reference) if args.reference else (None, None, None)
     if args.reference and torch is None:
         print(f"reference T2D not run: {ref}")
