@@ -291,6 +291,27 @@ def test_count_histogram_is_bincount(rng, size):
     np.testing.assert_array_equal(_numpy_backend.count_histogram(counts, size), want)
 
 
+@pytest.mark.parametrize(("m", "k", "tile_width", "density"),
+                         [(300, 700, 256, 0.05), (64, 5000, 7, 0.3), (40, 70, 70, 1.0),
+                          (5, 9, 4, 0.0), (1000, 300, 256, 0.002)])
+def test_tile_counts_csr_kernel_counts_every_tile(rng, m, k, tile_width, density):
+    # The CuPy backend counts with twell_pack_csr's count mode, the NumPy one with binary
+    # searches over sorted keys; the reference is a bincount of (row, tile) keys, and the
+    # counts must add up to the entries, every row and tile included (empty ones too).
+    x = scipy.sparse.csr_array(
+        (rng.standard_normal((m, k)) * (rng.random((m, k)) < density)).astype(np.float32))
+    nt = _layout.n_tiles(k, tile_width)
+    rows = np.repeat(np.arange(m), np.diff(x.indptr))
+    want = np.bincount(rows * nt + x.indices // tile_width, minlength=m * nt).reshape(m, nt)
+    got = _cupy_backend.tile_counts_csr(cupy.asarray(x.indptr), cupy.asarray(x.indices),
+                                        (m, k), tile_width)
+    assert got.dtype == _layout.COUNT_DTYPE and got.shape == (m, nt)
+    np.testing.assert_array_equal(got.get(), want)
+    np.testing.assert_array_equal(
+        _algorithms.tile_counts_csr(x.indptr.astype(np.int64), x.indices, (m, k), tile_width),
+        want)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, twell.bfloat16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "shifted"])
 def test_find_nonfinite_sees_every_position(dtype, aligned):

@@ -371,6 +371,10 @@ class TwELLMatrix:
         """
         self._check_cupyx_size()
         indptr, indices, data = self._csr_arrays()
+        if self._xp is not np:
+            # int32 like the indices (nnz fits: checked above), so that cupyx keeps the
+            # arrays instead of reading both back to choose an index type.
+            indptr = indptr.astype(np.int32)
         return _sparse_type(self._xp, "csr", data.dtype)(
             (data, indices, indptr), shape=self.shape
         )
