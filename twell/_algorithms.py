@@ -79,22 +79,6 @@ def expand_indptr(indptr, nnz):
     return xp.searchsorted(indptr, entries, side="right") - 1
 
 
-def is_canonical_csr(indptr, indices, values, n_cols):
-    """Whether CSR arrays already hold the canonical form: every column in ``[0, n_cols)``,
-    strictly increasing within each row (sorted, no duplicates), and no value zero.
-
-    ``indices.size`` is the number of entries. One host synchronisation on CuPy (the answer):
-    a canonical input then skips the sort of :func:`canonical_coo`.
-    """
-    if indices.size == 0:
-        return True
-    rows = expand_indptr(indptr, indices.size)
-    cols = indices.astype(np.int64, copy=False)
-    ascending = (cols[1:] > cols[:-1]) | (rows[1:] != rows[:-1])
-    ok = ascending.all() & (cols.min() >= 0) & (cols.max() < n_cols) & is_nonzero(values).all()
-    return bool(ok)  # device-to-host sync on CuPy
-
-
 def pack_sorted_coo(rows, cols, vals, shape, tile_width, slots):
     """Pack non-zero entries sorted by (row, column) into TwELL parts.
 

@@ -59,26 +59,6 @@ def csr_from_coo(rows, cols, vals, shape, dtype=None):
     return CSR(indptr, xp.asarray(indices), vals, shape)
 
 
-def csr_from_csr(indptr, indices, vals, shape, dtype=None):
-    """CSR arrays (NumPy or CuPy; ``indices.size`` entries) -> canonical :class:`CSR`.
-
-    Arrays that are canonical already (checked: one host synchronisation on the GPU) are
-    copied as they are; any others take :func:`csr_from_coo`'s sort. CSR input is usually
-    canonical (cupyx's and scipy's constructors and products write it so), and the stable
-    sort took 60% of ``TwELLMatrix(csr_matrix)`` (float32, 99% sparse FFN activations, H200).
-    """
-    xp = _backend.array_module(indptr, indices, vals)
-    vdtype = value_dtype(vals.dtype if dtype is None else dtype, "data.dtype")
-    if vals.dtype != vdtype:
-        vals = _backend.backend(xp).cast(vals, vdtype)  # before the check: a cast may round to 0
-    indptr = indptr.astype(np.int64, copy=False)
-    if _algorithms.is_canonical_csr(indptr, indices, vals, shape[1]):
-        # Copies: the TwELL or ELL matrix built from them must not share the caller's arrays.
-        return CSR(indptr.copy(), indices.astype(np.int32, copy=True), vals.copy(), shape)
-    rows = _algorithms.expand_indptr(indptr, indices.size)
-    return csr_from_coo(rows, xp.asarray(indices), vals, shape)
-
-
 def scipy_sparse(x, dtype=None, storage=None):
     """A scipy.sparse array or matrix -> canonical :class:`CSR` on the host.
 
@@ -91,11 +71,12 @@ def scipy_sparse(x, dtype=None, storage=None):
     value_dtype(x.dtype, "x.dtype")
     if x.format == "csr":
         nnz = int(x.indptr[-1])  # scipy may keep spare capacity past indptr[-1]
-        return csr_from_csr(np.asarray(x.indptr), np.asarray(x.indices[:nnz]),
-                            np.asarray(x.data[:nnz]), shape, dtype)
-    coo = x.tocoo()
-    return csr_from_coo(np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data), shape,
-                        dtype)
+        rows = _algorithms.expand_indptr(np.asarray(x.indptr, dtype=np.int64), nnz)
+        cols, vals = x.indices[:nnz], x.data[:nnz]
+    else:
+        coo = x.tocoo()
+        rows, cols, vals = coo.row, coo.col, coo.data
+    return csr_from_coo(np.asarray(rows), np.asarray(cols), np.asarray(vals), shape, dtype)
 
 
 def cupyx_sparse(x, dtype=None, storage=None):
@@ -104,8 +85,6 @@ def cupyx_sparse(x, dtype=None, storage=None):
     if storage is not None:
         check_storage(shape, *storage)
     value_dtype(x.dtype, "x.dtype")
-    if x.format == "csr":  # cupyx trims its arrays to indptr[-1] entries
-        return csr_from_csr(x.indptr, x.indices, x.data, shape, dtype)
     coo = x.tocoo(copy=True)
     return csr_from_coo(coo.row, coo.col, coo.data, shape, dtype)
 
