@@ -4,6 +4,7 @@ The instantiations come from the same table the run-time loader uses
 (``twell._kernels.INSTANCES``); taking each kernel's address in a generated
 translation unit makes nvcc compile it. Prints ptxas' register, shared
 memory and spill report; exits non-zero on any compile error, and on spills
+(beyond the few bytes ``ACCEPTED_SPILL_STORES`` grants a kernel measured faster with them)
 unless ``--allow-spills``.
 
 Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90 [--prototypes]
@@ -54,9 +55,9 @@ def main():
                 if returncode:
                     print(report)
                     failed.append(f"{name} ({arch})")
-                spills += [f"{name} {arch}: {m}" for m in re.findall(
-                    r"(\d+ bytes spill stores, \d+ bytes spill loads)", report)
-                    if not m.startswith("0 bytes spill stores, 0 bytes spill loads")]
+                spills += [f"{name} {arch} {entry}: {stores} bytes spill stores"
+                           for entry, stores in _spills(report)
+                           if stores > _accepted_spill(entry)]
     if failed:
         sys.exit(f"compile failed: {failed}")
     if spills:
@@ -71,6 +72,30 @@ def main():
 
 
 _SHOWN = ("Compiling entry", "Used", "spill", "error")
+
+#: Spill stores (bytes) accepted per kernel, by a part of its (mangled) name: only where a
+#: register cap was measured to pay despite them. twell_spmm_rows carries __maxnreg__(80)
+#: (cuda_src/spmm.cu): 25 warps per SM instead of 16 made it 1.21x faster at 99% on an H200
+#: with 36 bytes of bf16 spill stores (sm_90; 24-26 on sm_80). A new spill anywhere else, or
+#: a larger one here, still fails.
+ACCEPTED_SPILL_STORES = {"twell_spmm_rows": 64}
+
+
+def _accepted_spill(entry):
+    return max((b for part, b in ACCEPTED_SPILL_STORES.items() if part in entry), default=0)
+
+
+def _spills(report):
+    """(entry function, bytes of spill stores) for every entry that ptxas says spills."""
+    entry, out = "?", []
+    for line in report.splitlines():
+        named = re.search(r"Compiling entry function '([^']+)'", line)
+        if named:
+            entry = named.group(1)
+        stores = re.search(r"(\d+) bytes spill stores", line)
+        if stores and int(stores.group(1)) > 0:
+            out.append((entry, int(stores.group(1))))
+    return out
 
 
 def _nvcc(nvcc, source, arch, cubin, shown=_SHOWN):
