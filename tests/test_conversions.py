@@ -101,6 +101,22 @@ def test_csr_round_trip_gives_scipy_canonical_csr(backend, case):
     assert a.nnz == want.nnz
 
 
+@given(case=csr_cases())
+def test_csr_input_is_canonicalised_whatever_its_flags_say(backend, case):
+    """A CSR matrix that claims to be canonical is sorted and summed all the same.
+
+    cupyx's ``csr_matrix(dense)`` wrote each row's columns out of order and flagged the
+    result canonical (CuPy 14.2 with cuSPARSE's denseToSparse, H200, 2026-12-03): twell must
+    never take a format flag's word for it."""
+    csr, t, s = case
+    want = canonical_csr(csr)  # before the flag is set: scipy's own methods trust it
+    x = backend.sparse(csr.copy())
+    x.has_canonical_format = True  # a lie unless the draw happens to be canonical
+    a = twell.TwELLMatrix(x, tile_width=t, slots=s)
+    a.validate()
+    assert_csr_equal(host_csr(backend, a.tocsr()), want)
+
+
 @given(case=coo_cases())
 def test_coo_duplicates_are_summed_and_zeros_dropped(backend, case):
     coo = sp.coo_array((case.vals, (case.rows, case.cols)), shape=case.shape)
