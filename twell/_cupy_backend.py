@@ -174,6 +174,8 @@ def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset, co
         return
     # PACK_PAIRS (row, tile) pairs per warp when a tile fits in one warp-wide vector load
     # (their loads are all in flight at once), else one pair per warp looping over the tile.
+    # The block is _BLOCK threads: kPackWarps warps in pack.cu, whose shared staging is sized
+    # per warp (its __launch_bounds__ refuses a larger block).
     per_warp = _kernels.PACK_PAIRS if tile_width <= 32 * vec else 1
     kernel = _kernels.function("pack.cu", f"twell_pack_dense<{ctype}, {vec}, {per_warp}>")
     # One warp per per_warp consecutive (row, tile) pairs.
