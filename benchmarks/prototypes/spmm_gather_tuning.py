@@ -1,20 +1,24 @@
 """PROTOTYPE measurements for the gather SpMM ``twell_spmm_rows`` (no new kernel code).
 
-Not part of the package or the test-suite. One device call answers the sixth session's open
-questions 1 and 2 (``benchmarks/NOTES.md``), at the paper's down projection (M = 16384,
-K = 5632, N = 2048, bf16, uniform sparsity 98-99.5%), every contender on the same inputs:
+Not part of the package or the test-suite. One device call times, at the paper's down
+projection (M = 16384, K = 5632, N = 2048, bf16, uniform sparsity 98-99.5%), every
+contender on the same inputs:
 
-* where the gather kernel and ``A.toarray() @ B`` (cuBLAS) cross, to set
-  the constants of ``twell._layout.dense_product_density`` for 16-bit values;
-* whether the shipped kernel is held back by its launch: 32/64/128/256-thread blocks (the
-  reference T2D runs 32-thread blocks), and occupancy (the same source compiled with
-  ``--maxrregcount`` 64 and 80, with 32- and 256-thread blocks; the build shipped then used
-  89 registers on sm_90; its run, 2026-12-03, made the kernel ship with 32-thread blocks and
-  ``__maxnreg__(80)``, so "256 thr" here is no longer the shipped launch);
-* the reference T2D (C = 8) beside them, when ``--reference DIR`` and PyTorch are given.
+* the shipped launch (one warp per block, ``__maxnreg__(80)``) against the same source with
+  other column chunks per warp (``kChunks`` 2, 3, 4) and register caps (64, 72, 80, none):
+  fewer chunks hold fewer accumulators, and 64 registers would give the 32 warps per SM of the
+  reference T2D (benchmarks/NOTES.md, open question 1). Each build's registers and spill
+  bytes (the driver's function attributes) are printed with it;
+* the dense path (``A.toarray() @ B``), ``A @ B`` as shipped and dense cuBLAS, so that the
+  crossover of ``twell._layout.dense_product_density`` can be checked;
+* the reference T2D (C = 8), when ``--reference DIR`` and PyTorch are given.
 
-Every gather variant must give the shipped kernel's bits (only the launch or the register
-budget differs). Run from the repository root on an H100/H200:
+The variants are the shipped source with its two constants replaced in the text before
+NVRTC compiles it. Every variant must give the shipped kernel's bits: chunking changes which
+warp computes a column, not the order of its sum. History: the first run (seventh session,
+2026-12-03) timed the then-shipped 256-thread launch against 32-256-thread blocks and
+``--maxrregcount`` 64/80; it made the kernel ship with one warp per block and 80 registers.
+Run from the repository root on an H100/H200:
 
     PYTHONPATH=. python benchmarks/prototypes/spmm_gather_tuning.py [--reference reference]
 """
@@ -35,28 +39,42 @@ import _dev  # noqa: E402
 
 median_ms = functools.partial(_dev.timed, reps=20)
 EXPR = "twell_spmm_rows<__nv_bfloat16, 8>"
-COLUMNS_PER_WARP = _cupy_backend._ROWS_CHUNKS * 32 * 8
+SHIPPED_CHUNKS = "constexpr int kChunks = 4;"
+SHIPPED_CAP = "constexpr int kRowsMaxRegisters = 80;"
+CAP_MACRO = "#define TWELL_ROWS_MAXNREG __maxnreg__(kRowsMaxRegisters)"
+NUM_REGS, LOCAL_BYTES = 4, 3  # CUfunction_attribute: CU_FUNC_ATTRIBUTE_NUM_REGS, _LOCAL_SIZE_BYTES
 
 
-def rows_kernel(maxrregcount=None):
-    if maxrregcount is None:
-        return _kernels.function("spmm.cu", EXPR)
-    module = cupy.RawModule(code=_kernels.source_text("spmm.cu"),
-                            options=(*_kernels.OPTIONS, f"--maxrregcount={maxrregcount}"),
-                            name_expressions=[EXPR])
-    return module.get_function(EXPR)
+def rows_kernel(chunks=None, cap=80):
+    """(kernel, columns per warp, registers, local bytes): the shipped source with kChunks =
+    ``chunks`` and a register cap of ``cap`` (None: no cap); defaults: the shipped kernel."""
+    source = _kernels.source_text("spmm.cu")
+    for text in (SHIPPED_CHUNKS, SHIPPED_CAP, CAP_MACRO):
+        assert text in source, f"spmm.cu no longer holds {text!r}: update this prototype"
+    chunks = chunks or _cupy_backend._ROWS_CHUNKS
+    if (chunks, cap) == (_cupy_backend._ROWS_CHUNKS, 80):
+        kernel = _kernels.function("spmm.cu", EXPR)
+    else:
+        source = source.replace(SHIPPED_CHUNKS, f"constexpr int kChunks = {chunks};")
+        source = source.replace(SHIPPED_CAP, f"constexpr int kRowsMaxRegisters = {cap or 255};")
+        if cap is None:
+            source = source.replace(CAP_MACRO, "#define TWELL_ROWS_MAXNREG")
+        module = cupy.RawModule(code=source, options=_kernels.OPTIONS, name_expressions=[EXPR])
+        kernel = module.get_function(EXPR)
+    attr = cupy.cuda.driver.funcGetAttribute
+    return kernel, chunks * 32 * 8, attr(NUM_REGS, kernel.ptr), attr(LOCAL_BYTES, kernel.ptr)
 
 
-def gather(kernel, a, b, block):
+def gather(variant, a, b):
+    kernel, columns_per_warp = variant[:2]
     p = a._parts
     m, k = a.shape
     n = b.shape[1]
     out = cupy.empty((m, n), dtype=b.dtype)
-    grid = (-(-m // (block // 32)), -(-n // COLUMNS_PER_WARP))
-    kernel(grid, (block,), (p.counts, p.data, p.indices, p.overflow_indptr, p.overflow_indices,
-                            p.overflow_data, np.int64(m), np.int64(k), np.int32(a.tile_width),
-                            np.int32(p.data.shape[2]), b, np.int64(n),
-                            cupy.ones((), dtype=bool), out))
+    kernel((m, -(-n // columns_per_warp)), (32,), (
+        p.counts, p.data, p.indices, p.overflow_indptr, p.overflow_indices, p.overflow_data,
+        np.int64(m), np.int64(k), np.int32(a.tile_width), np.int32(p.data.shape[2]), b,
+        np.int64(n), cupy.ones((), dtype=bool), out))
     return out
 
 
@@ -81,8 +99,13 @@ def main():
     rng = np.random.default_rng(5)
     m, k, n = 16384, 5632, 2048
     b = cupy.asarray(rng.standard_normal((k, n), dtype=np.float32) / 40).astype(twell.bfloat16)
-    variants = {f"{blk} thr": (rows_kernel(), blk) for blk in (32, 64, 128, 256)}
-    variants.update({f"r{r} {blk}": (rows_kernel(r), blk) for r in (64, 80) for blk in (32, 256)})
+    variants = {"shipped": rows_kernel()}
+    for chunks in (2, 3, 4):
+        for cap in (64, 72, 80, None):
+            if (chunks, cap) != (4, 80):
+                variants[f"c{chunks} r{cap or 'any'}"] = rows_kernel(chunks, cap)
+    for name, (_, _, regs, local) in variants.items():
+        print(f"{name}: {regs} registers, {local} bytes of local memory (spills)")
     torch, ref, to_torch = reference_t2d(args.reference) if args.reference else (None, None, None)
     if args.reference and torch is None:
         print(f"reference T2D not run: {ref}")
@@ -97,18 +120,16 @@ def main():
     for s in (0.98, 0.985, 0.99, 0.9925, 0.995):
         z = _dev.activations(m, k, 2048, s, rng).astype(twell.bfloat16)  # bias trick
         a = twell.TwELLMatrix(z)
-        want = gather(variants["256 thr"][0], a, b, 256)
+        want = gather(variants["shipped"], a, b)
         times = [median_ms(lambda z=z: z @ b),
                  median_ms(lambda a=a: _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b,
                                                           b.dtype, variant="dense")),
                  median_ms(lambda a=a: a @ b)]
-        for name, (kernel, block) in variants.items():
-            got = gather(kernel, a, b, block)
-            if not same_bits(got, want):
+        for name, variant in variants.items():
+            if not same_bits(gather(variant, a, b), want):
                 ok = False
                 print(f"  MISMATCH at {s}: {name}")
-            times.append(median_ms(lambda a=a, kernel=kernel, block=block:
-                                   gather(kernel, a, b, block)))
+            times.append(median_ms(lambda a=a, variant=variant: gather(variant, a, b)))
         if torch:
             packed = to_torch(torch, a.to_packed(8))
             times.append(median_ms(lambda packed=packed: ref.t2d_out(packed, tdown, tout)))
