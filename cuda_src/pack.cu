@@ -80,7 +80,8 @@ __device__ __forceinline__ int pack_pairs_staged(
     for (int q = 0; q < PAIRS; ++q) {
       const long long col0 = tile * tile_width;
       // A dead pair loads nothing (limit 0) from the matrix's start.
-      const long long width = q < n_live ? min(static_cast<long long>(tile_width), n_cols - col0) : 0;
+      const long long width =
+          q < n_live ? min(static_cast<long long>(tile_width), n_cols - col0) : 0;
       load_vec<T, VEC>(dense + (q < n_live ? row * n_cols + col0 : 0), j0, width, v[q]);
       if (++tile == tiles) { tile = 0; ++row; }
     }

@@ -100,14 +100,14 @@ __device__ __forceinline__ void gather_rows(int len, const Word& word, long long
 }
 
 template <typename T, int VEC>
-__global__ void TWELL_ROWS_MAXNREG twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
-                                const unsigned short* __restrict__ indices,
-                                const long long* __restrict__ overflow_indptr,
-                                const int* __restrict__ overflow_indices,
-                                const T* __restrict__ overflow_data, long long n_rows,
-                                long long n_cols, int tile_width, int slots,
-                                const T* __restrict__ b, long long n,
-                                const bool* __restrict__ gate, T* __restrict__ out) {
+__global__ void TWELL_ROWS_MAXNREG
+twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
+                const unsigned short* __restrict__ indices,
+                const long long* __restrict__ overflow_indptr,
+                const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
+                long long n_rows, long long n_cols, int tile_width, int slots,
+                const T* __restrict__ b, long long n, const bool* __restrict__ gate,
+                T* __restrict__ out) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
   using Acc = typename Value<T>::Acc;
   constexpr int kSpan = kWarp * VEC;
