@@ -49,30 +49,31 @@ __device__ __forceinline__ int pack_pair(const T* __restrict__ dense, long long 
 // Warps per block of twell_pack_dense (the launcher's block size; its shared memory is per warp).
 constexpr int kPackWarps = 8;
 
-// PAIRS consecutive (row, tile) pairs first, first + 1, ... of one warp, each fitting in one
-// warp-wide vector load (T <= kWarp * VEC), kModeCount or kModeSlots. Returns the warp's
-// entries past the slots, sum over its pairs of max(total - S, 0) (kModeSlots), the same in
-// every lane.
-// The PAIRS loads are issued before anything else. A lane's ranks come from one ballot per bit
+// PAIRS consecutive (row, tile) pairs first, first + 1, ... of one warp, each fitting in
+// CHUNKS warp-wide vector loads (T <= CHUNKS * kWarp * VEC), kModeCount or kModeSlots. Returns
+// the warp's entries past the slots, sum over its pairs of max(total - S, 0) (kModeSlots), the
+// same in every lane.
+// The PAIRS * CHUNKS loads are issued before anything else. A lane's ranks come from one ballot per bit
 // of its non-zero count (no shuffle chain). The slots then go out through shared memory: each
 // lane writes the columns of its non-zeros of rank < S to stage_cols[pair][rank] (its values
 // are already in stage_vals, the tile as loaded), and the warp writes the PAIRS * S
 // consecutive slots of its pairs, zeros after each count included, with coalesced stores:
 // per-non-zero 2-byte stores scattered over the slots, a select chain per value and a second
 // loop for the zeros made the previous version bound by instruction issue, not by memory.
-template <typename T, int VEC, int PAIRS>
+template <typename T, int VEC, int PAIRS, int CHUNKS>
 __device__ __forceinline__ int pack_pairs_staged(
     const T* __restrict__ dense, long long n_cols, long long tiles, int tile_width, int slots,
     int mode, long long first, long long n_pairs, int lane, int* __restrict__ totals,
     int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices) {
-  constexpr int kTile = kWarp * VEC;  // the widest tile this path takes
-  __shared__ Vec<T, VEC> stage_vals[kPackWarps][PAIRS][kWarp];
+  constexpr int kSpan = kWarp * VEC;     // columns of one warp-wide load
+  constexpr int kTile = CHUNKS * kSpan;  // the widest tile this path takes
+  __shared__ Vec<T, VEC> stage_vals[kPackWarps][PAIRS][CHUNKS * kWarp];
   __shared__ unsigned short stage_cols[kPackWarps][PAIRS][kTile];
   const int warp = threadIdx.x / kWarp;  // < kPackWarps (__launch_bounds__)
   const long long j0 = static_cast<long long>(lane) * VEC;
   // Pairs first .. first + n_live - 1 exist (n_live >= 1: the caller returned otherwise).
   const int n_live = static_cast<int>(min(static_cast<long long>(PAIRS), n_pairs - first));
-  T v[PAIRS][VEC];
+  T v[PAIRS][CHUNKS][VEC];
   {
     const long long row0 = first / tiles;
     long long row = row0, tile = first - row0 * tiles;
@@ -82,7 +83,10 @@ __device__ __forceinline__ int pack_pairs_staged(
       // A dead pair loads nothing (limit 0) from the matrix's start.
       const long long width =
           q < n_live ? min(static_cast<long long>(tile_width), n_cols - col0) : 0;
-      load_vec<T, VEC>(dense + (q < n_live ? row * n_cols + col0 : 0), j0, width, v[q]);
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c)
+        load_vec<T, VEC>(dense + (q < n_live ? row * n_cols + col0 : 0), j0 + c * kSpan, width,
+                         v[q][c]);
       if (++tile == tiles) { tile = 0; ++row; }
     }
   }
@@ -90,26 +94,31 @@ __device__ __forceinline__ int pack_pairs_staged(
   int total[PAIRS];
 #pragma unroll
   for (int q = 0; q < PAIRS; ++q) {
-    unsigned bits = 0;
+    int sum = 0;  // non-zeros of the chunks before this one
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) bits |= static_cast<unsigned>(is_nonzero(v[q][i])) << i;
-    const int n = __popc(bits);
-    // n <= VEC: bit b of every lane's count in one ballot gives the sums before this lane
-    // and over the warp.
-    int before = 0, sum = 0;
+    for (int c = 0; c < CHUNKS; ++c) {
+      unsigned bits = 0;
 #pragma unroll
-    for (int b = 0; (1 << b) <= VEC; ++b) {
-      const unsigned m = __ballot_sync(kFullMask, (n >> b) & 1);
-      before += __popc(m & below) << b;
-      sum += __popc(m) << b;
+      for (int i = 0; i < VEC; ++i) bits |= static_cast<unsigned>(is_nonzero(v[q][c][i])) << i;
+      const int n = __popc(bits);
+      // n <= VEC: bit b of every lane's count in one ballot gives the sums before this lane
+      // and over the warp.
+      int before = sum;
+#pragma unroll
+      for (int b = 0; (1 << b) <= VEC; ++b) {
+        const unsigned m = __ballot_sync(kFullMask, (n >> b) & 1);
+        before += __popc(m & below) << b;
+        sum += __popc(m) << b;
+      }
+      if (mode == kModeSlots) {
+        const long long j = j0 + c * kSpan;
+        store_vec<T, VEC>(reinterpret_cast<T*>(stage_vals[warp][q]), j, v[q][c]);
+        int rank = before;
+        for (unsigned rest = bits; rest != 0u && rank < slots; rest &= rest - 1u, ++rank)
+          stage_cols[warp][q][rank] = static_cast<unsigned short>(j + __ffs(rest) - 1);
+      }
     }
     total[q] = sum;  // a dead pair loaded zeros: 0
-    if (mode == kModeSlots) {
-      store_vec<T, VEC>(reinterpret_cast<T*>(stage_vals[warp][q]), j0, v[q]);
-      int rank = before;
-      for (unsigned rest = bits; rest != 0u && rank < slots; rest &= rest - 1u, ++rank)
-        stage_cols[warp][q][rank] = static_cast<unsigned short>(j0 + __ffs(rest) - 1);
-    }
   }
   // total of pair q for a run-time q: a select chain keeps total[] in registers.
   const auto total_of = [&](int q) {
@@ -148,16 +157,17 @@ __device__ __forceinline__ int pack_pairs_staged(
 // Dense (M, K) row-major -> TwELL, kModeCount and kModeSlots (kModeOverflow: the kernel
 // below). Lane l reads VEC consecutive columns per step (16-byte loads when VEC > 1: the
 // launcher checks that K, T and the base pointer are multiples of 16 bytes).
-//   PAIRS == 1: one warp per (row, tile), stepping through the tile kWarp * VEC columns at a
-//               time (any tile width).
-//   PAIRS > 1:  one warp per PAIRS consecutive (row, tile) pairs, each of which fits in one
-//               step (the launcher checks T <= kWarp * VEC): pack_pairs_staged.
+//   PAIRS == CHUNKS == 1: one warp per (row, tile), stepping through the tile kWarp * VEC
+//               columns at a time (any tile width).
+//   otherwise:  one warp per PAIRS consecutive (row, tile) pairs, each of which fits in CHUNKS
+//               steps (the launcher checks T <= CHUNKS * kWarp * VEC): pack_pairs_staged.
+//               CHUNKS > 1 is not the default yet (_kernels.PACK_STAGED_CHUNKS).
 // In kModeSlots every slot is written (zeros after the count), so data/indices need no prior
 // memset, and the number of entries past the slots, sum over pairs of max(total - S, 0), is
 // added to *n_overflow (zeroed by the launcher): one integer atomicAdd per warp with overflow,
 // so the total is deterministic. kModeCount leaves *n_overflow alone.
 // Grid: ceil(ceil(M * n_tiles / PAIRS) / kPackWarps) blocks of kPackWarps warps.
-template <typename T, int VEC, int PAIRS>
+template <typename T, int VEC, int PAIRS, int CHUNKS = 1>
 __global__ void __launch_bounds__(kPackWarps * kWarp)
 twell_pack_dense(const T* __restrict__ dense, long long n_rows, long long n_cols,
                  int tile_width, int slots, int mode,
@@ -165,7 +175,8 @@ twell_pack_dense(const T* __restrict__ dense, long long n_rows, long long n_cols
                  T* __restrict__ data, unsigned short* __restrict__ indices,
                  unsigned long long* __restrict__ n_overflow) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
-  static_assert(PAIRS >= 1 && PAIRS <= 4, "PAIRS is a small number of pairs per warp");
+  static_assert(PAIRS >= 1 && CHUNKS >= 1 && PAIRS * CHUNKS <= 4,
+                "PAIRS * CHUNKS is a small number of loads per lane");
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long n_pairs = n_rows * tiles;
   const long long first =
@@ -173,13 +184,14 @@ twell_pack_dense(const T* __restrict__ dense, long long n_rows, long long n_cols
   const int lane = threadIdx.x % kWarp;
   if (first >= n_pairs) return;  // whole warp
   int over;  // entries past the slots in this warp's pairs (<= PAIRS * T)
-  if constexpr (PAIRS == 1) {
+  if constexpr (PAIRS == 1 && CHUNKS == 1) {
     const int total = pack_pair<T, VEC>(dense, n_cols, tiles, tile_width, slots, mode, first,
                                         lane, data, indices, nullptr, nullptr, nullptr);
     over = finish_pair<T>(total, lane, mode, first, slots, totals, counts, data, indices);
   } else {
-    over = pack_pairs_staged<T, VEC, PAIRS>(dense, n_cols, tiles, tile_width, slots, mode,
-                                            first, n_pairs, lane, totals, counts, data, indices);
+    over = pack_pairs_staged<T, VEC, PAIRS, CHUNKS>(dense, n_cols, tiles, tile_width, slots,
+                                                    mode, first, n_pairs, lane, totals, counts,
+                                                    data, indices);
   }
   if (mode == kModeSlots && lane == 0 && over > 0)
     atomicAdd(n_overflow, static_cast<unsigned long long>(over));

@@ -39,11 +39,11 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _HALF = (F16, BF16)
 
 
-def _activations(rng, dtype):
-    """(M, K) random normal values at 0-3% density per row; rows 0 and 1 nearly dense."""
+def _activations(rng, dtype, k=K):
+    """(M, k) random normal values at 0-3% density per row; rows 0 and 1 nearly dense."""
     density = rng.uniform(0.0, 0.03, size=(M, 1))
     density[:2] = 0.9
-    x = rng.standard_normal((M, K)) * (rng.random((M, K)) < density)
+    x = rng.standard_normal((M, k)) * (rng.random((M, k)) < density)
     return cast(x, dtype)
 
 
@@ -190,6 +190,38 @@ def test_every_pack_launch_configuration_gives_the_same_bits(gpu, monkeypatch, r
     first = _kernels.PACK_PAIRS_CHOICES[0]
     for pairs, bits in got.items():
         _assert_same_bits(bits, got[first], f"PACK_PAIRS={pairs} vs {first}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("k", "tile_width"),
+                         [(1000, 256), (1000, 512), (777, 64), (777, 96), (777, 128)])
+def test_staged_pack_of_wide_tiles_gives_the_same_bits(gpu, monkeypatch, rng, dtype, k,
+                                                       tile_width):
+    # With PACK_STAGED_CHUNKS, a tile of 2 to 4 vector loads (K = 1000: 16-byte loads, 64 to
+    # 256 columns each; K = 777: one value per lane, 32 columns) is packed by the staged kernel
+    # with CHUNKS loads per pair; without it, by one warp looping over the tile. Both ways,
+    # with the slots given (3: rows 0 and 1 overflow) and with slots="auto" (the count pass
+    # too), must give the same bits, partial last tiles and the overflow included.
+    from twell import _kernels
+
+    x = gpu.asarray(_activations(rng, dtype, k))
+    function, launched = _kernels.function, set()
+    monkeypatch.setattr(_kernels, "function",
+                        lambda name, expr: launched.add(expr) or function(name, expr))
+    got = {}
+    for staged in (False, True):
+        monkeypatch.setattr(_kernels, "PACK_STAGED_CHUNKS", staged)
+        for slots in (3, "auto"):
+            gpu.poison()
+            a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
+            got[staged, slots] = _bits(gpu, {part: getattr(a, part) for part in PART_NAMES})
+    for slots in (3, "auto"):
+        _assert_same_bits(got[True, slots], got[False, slots], f"staged, slots={slots}")
+    # The staged kernel ran wherever a tile takes 2 to 4 vector loads.
+    vec = _kernels.vector_width(dtype) if k == 1000 else 1
+    loads = -(-tile_width // (32 * vec))
+    staged_ran = any(e.startswith("twell_pack_dense<") and e.count(",") == 3 for e in launched)
+    assert staged_ran == (2 <= loads <= 4), (loads, sorted(launched))
 
 
 def _same(got, want):

@@ -173,11 +173,20 @@ def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset, co
             parts.overflow_indices, parts.overflow_data))
         return
     # PACK_PAIRS (row, tile) pairs per warp when a tile fits in one warp-wide vector load
-    # (their loads are all in flight at once), else one pair per warp looping over the tile.
+    # (their loads are all in flight at once); with PACK_STAGED_CHUNKS, tiles of 2 or 4 such
+    # loads take PACK_STAGED_SHAPES; else one pair per warp looping over the tile.
     # The block is _BLOCK threads: kPackWarps warps in pack.cu, whose shared staging is sized
     # per warp (its __launch_bounds__ refuses a larger block).
-    per_warp = _kernels.PACK_PAIRS if tile_width <= 32 * vec else 1
-    kernel = _kernels.function("pack.cu", f"twell_pack_dense<{ctype}, {vec}, {per_warp}>")
+    loads = -(-tile_width // (32 * vec))
+    if loads == 1:
+        expr = f"twell_pack_dense<{ctype}, {vec}, {_kernels.PACK_PAIRS}>"
+        per_warp = _kernels.PACK_PAIRS
+    elif _kernels.PACK_STAGED_CHUNKS and loads <= 4:
+        per_warp, chunks = _kernels.PACK_STAGED_SHAPES[2 if loads == 2 else 4]
+        expr = f"twell_pack_dense<{ctype}, {vec}, {per_warp}, {chunks}>"
+    else:
+        expr, per_warp = f"twell_pack_dense<{ctype}, {vec}, 1>", 1
+    kernel = _kernels.function("pack.cu", expr)
     # One warp per per_warp consecutive (row, tile) pairs.
     kernel(_blocks(-(-pairs // per_warp), _WARPS), (_BLOCK,), (
         dense, _i64(m), _i64(k), _i32(tile_width), _i32(slots), _i32(mode), totals,

@@ -55,11 +55,24 @@ PACK_PAIRS = 4
 #: Every PAIRS the dense pack kernel is compiled for (benchmarks compare them).
 PACK_PAIRS_CHOICES = (1, 2, 4)
 
+#: Whether tiles of 2 to 4 warp-wide vector loads (float32 and float64 at tile width 256,
+#: 16-bit values at 512-1024) take the staged pack kernel with that many loads per pair
+#: (``twell_pack_dense<T, VEC, PAIRS, CHUNKS>``, PAIRS * CHUNKS = 4) instead of one pair per
+#: warp looping over the tile. Off until it is measured on a GPU (benchmarks/NOTES.md,
+#: seventh session); the tests hold both ways to the same bits.
+PACK_STAGED_CHUNKS = False
+
+#: (PAIRS, CHUNKS) of the staged pack kernel by the number of vector loads a tile needs.
+PACK_STAGED_SHAPES = {2: (2, 2), 4: (1, 4)}
+
 
 def _pack_dense():
-    """``twell_pack_dense<T, VEC, PAIRS>``: every vector width and PACK_PAIRS_CHOICES."""
-    return [f"twell_pack_dense<{CTYPES[d]}, {v}, {p}>" for d in SUPPORTED_DTYPES
-            for v in (1, vector_width(d)) for p in PACK_PAIRS_CHOICES]
+    """``twell_pack_dense<T, VEC, PAIRS[, CHUNKS]>``: every vector width, PACK_PAIRS_CHOICES
+    and PACK_STAGED_SHAPES."""
+    return ([f"twell_pack_dense<{CTYPES[d]}, {v}, {p}>" for d in SUPPORTED_DTYPES
+             for v in (1, vector_width(d)) for p in PACK_PAIRS_CHOICES]
+            + [f"twell_pack_dense<{CTYPES[d]}, {v}, {p}, {c}>" for d in SUPPORTED_DTYPES
+               for v in (1, vector_width(d)) for p, c in PACK_STAGED_SHAPES.values()])
 
 
 #: 16-bit dtypes with a tensor-core SpMM.
