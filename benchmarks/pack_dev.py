@@ -1,9 +1,12 @@
 """Pack development bench: where dense -> TwELL time goes, stage by stage.
 
 One process, the same input for every stage, CUDA events after warm-up, median. The FFN
-activation shape of the paper (M = 16384, K = 5632, bf16, sparsity 99% by the bias-column
-trick). Prints one line per stage and the fraction of the copy bandwidth each reaches.
-Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/pack_dev.py
+activation shape of the paper (M = 16384, K = 5632, bf16 unless ``--dtype`` says otherwise,
+sparsity 99% by the bias-column trick). Prints one line per stage and the fraction of the
+copy bandwidth each reaches; "staged chunks" is the slots pass with
+``_kernels.PACK_STAGED_CHUNKS`` (it differs from the default only where a tile of 256 takes
+2-4 vector loads: ``--dtype float32`` or ``float64``).
+Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/pack_dev.py [--dtype D]
 """
 
 import argparse
@@ -22,11 +25,13 @@ p.add_argument("--m", type=int, default=16384)
 p.add_argument("--k", type=int, default=5632)
 p.add_argument("--sparsity", type=float, default=0.99)
 p.add_argument("--reps", type=int, default=20)
+p.add_argument("--dtype", choices=("bfloat16", "float16", "float32", "float64"),
+               default="bfloat16")
 args = p.parse_args()
 timed = functools.partial(_dev.timed, reps=args.reps)
 
 z = _dev.activations(args.m, args.k, 2048, args.sparsity, np.random.default_rng(0))
-z = z.astype(twell.bfloat16)
+z = z.astype(twell.bfloat16 if args.dtype == "bfloat16" else np.dtype(args.dtype))
 a = twell.TwELLMatrix(z)
 s = a.slots
 nt = _layout.n_tiles(args.k, 256)
@@ -56,11 +61,22 @@ def slots_pass_pairs(pairs):
         _kernels.PACK_PAIRS = saved
 
 
+def slots_pass_staged():
+    """The slots pass with _kernels.PACK_STAGED_CHUNKS: the staged kernel with 2-4 loads per
+    pair where a tile of 256 needs that many (float32, float64)."""
+    saved, _kernels.PACK_STAGED_CHUNKS = _kernels.PACK_STAGED_CHUNKS, True
+    try:
+        slots_pass()
+    finally:
+        _kernels.PACK_STAGED_CHUNKS = saved
+
+
 stages = {
-    "copy z (read + write)": (lambda: z.view(np.uint16).copy(), 2 * z.nbytes),
+    "copy z (read + write)": (lambda: z.view(f"u{z.dtype.itemsize}").copy(), 2 * z.nbytes),
     "slots pass (kernel)": (slots_pass, z.nbytes),
     **{f"slots pass, PAIRS={p}": (functools.partial(slots_pass_pairs, p), z.nbytes)
        for p in _kernels.PACK_PAIRS_CHOICES},
+    "slots pass, staged chunks": (slots_pass_staged, z.nbytes),
     "count pass (kernel)": (lambda: gb.tile_counts_dense(z, 256), z.nbytes),
     "count histogram + read-back (sync)": (
         lambda: twell._twell._tile_counts_histogram(counts, 256), 0),
