@@ -545,9 +545,8 @@ class TwELLMatrix:
         over = fn(p.overflow_data)
         lost = (int((mask & ~_algorithms.is_nonzero(data)).sum())
                 + int((~_algorithms.is_nonzero(over)).sum()))  # host sync
-        hint = None if self._nnz_hint is None else self._nnz_hint - lost
         result = TwELLMatrix._from_parts(p._replace(data=data, overflow_data=over),
-                                         self.shape, self.tile_width, hint)
+                                         self.shape, self.tile_width, self._nnz_hint)
         if lost:
             result = result._repack(self.tile_width, self.slots)  # knows its exact count
         return result
