@@ -438,11 +438,11 @@ def matmul_same(xp, a, b):
 
 def spmm_way(a, n):
     """How ``a @ B`` (B with ``n`` columns) runs on a GPU: the gather kernel, or cuBLAS on
-    ``a.toarray()`` (the JSON's ``impl``; the memory check aside, the library's own rule)."""
-    from twell import _layout
+    ``a.toarray()`` (the JSON's ``impl``: the library's own choice)."""
+    from twell import _cupy_backend
 
-    dense = _layout.dense_product_pays(*a.shape, n, a.dtype.itemsize, a._nnz_hint)
-    return "toarray + cuBLAS" if dense else "gather"
+    way = _cupy_backend.spmm_way(*a.shape, n, a.dtype, a._nnz_hint)
+    return "toarray + cuBLAS" if way == "dense" else "gather"
 
 
 def csr_nbytes(nnz, rows, itemsize, index_bytes=4, indptr_bytes=4):

@@ -436,13 +436,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         return cupy.zeros((m, n), dtype=out_dtype)
     chosen = variant is None
     if chosen:
-        itemsize = np.dtype(out_dtype).itemsize
-        variant = ("mma" if mma_shape is not None
-                   else "dense" if (_layout.dense_product_pays(m, k, n, itemsize, nnz_hint)
-                                    and n <= _MAX_GRID_Y * 32  # no column chunks (below)
-                                    and not (itemsize == 4 and _float32_gemm_is_tf32())
-                                    and m * k * itemsize <= _device_bytes() // _DENSE_SHARE)
-                   else "rows")
+        variant = "mma" if mma_shape is not None else spmm_way(m, k, n, out_dtype, nnz_hint)
     if variant not in ("rows", "dense", "mma"):
         raise ValueError(f"variant must be None, 'rows', 'dense' or 'mma'; got {variant!r}")
     # twell_spmm_rows puts blocks of its columns on grid y, at most _MAX_GRID_Y of them:
@@ -489,6 +483,18 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     grid = (m, int(-(-n // (_ROWS_CHUNKS * 32 * vec))))
     kernel(grid, (32,), (*common, b, _i64(n), run_rows, out))
     return out
+
+
+def spmm_way(m, k, n, dtype, nnz_hint):
+    """How :func:`spmm` runs ``A @ B`` by default: ``"dense"`` (cuBLAS on ``A.toarray()``) or
+    ``"rows"`` (the gather kernel), by the conditions listed there, without a host sync.
+    ``"dense"`` still falls back to the gather kernel if the temporary cannot be allocated."""
+    itemsize = np.dtype(dtype).itemsize
+    dense = (_layout.dense_product_pays(m, k, n, itemsize, nnz_hint)
+             and n <= _MAX_GRID_Y * 32  # no column chunks (spmm)
+             and not (itemsize == 4 and _float32_gemm_is_tf32())
+             and m * k * itemsize <= _device_bytes() // _DENSE_SHARE)
+    return "dense" if dense else "rows"
 
 
 def _float32_gemm_is_tf32():
