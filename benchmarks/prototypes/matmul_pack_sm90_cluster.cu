@@ -95,21 +95,11 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
       }
     }
   } else {
-    const int wg = tid / 128;
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % kStages;
-      mbarrier_wait_or_trap<false>(bars.full(s), (kt / kStages) & 1);
-      __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
-      const __nv_bfloat16* const a_s = smem + s * (kAStage + kBStage);
-      const __nv_bfloat16* const b_s = a_s + kAStage;
-      wgmma_stage(d, a_s, b_s, wg);
-      // The previous tile's wgmma has completed: release its stage in both CTAs.
-      if (kt > 0 && lane < kCluster) mbarrier_arrive_cluster(bars.empty((kt - 1) % kStages), lane);
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    fence_operands(d);
+    // A released stage is released in both CTAs: lane r arrives on CTA r's barrier.
+    consume_k_tiles(
+        d, smem, bars, k_tiles, tid / 128,
+        [](unsigned bar, unsigned parity) { mbarrier_wait_or_trap<false>(bar, parity); },
+        [lane](unsigned bar) { if (lane < kCluster) mbarrier_arrive_cluster(bar, lane); });
   }
   // Both CTAs are past their k loops: no arrival or multicast is still on its way to either
   // (each multicast into this CTA completed on a full barrier that its consumers waited for).

@@ -83,21 +83,11 @@ proto_matmul_pack_sm90_tma(const __nv_bfloat16* __restrict__ x,
       }
     }
   } else {
-    const int wg = tid / 128;
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % kStages;
-      mbarrier_wait(bars.full(s), (kt / kStages) & 1);
-      __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
-      const __nv_bfloat16* const a_s = smem + s * (kAStage + kBStage);
-      const __nv_bfloat16* const b_s = a_s + kAStage;
-      wgmma_stage(d, a_s, b_s, wg);
-      // The previous tile's wgmma has completed: its stage may be filled again.
-      if (kt > 0 && lane == 0) mbarrier_arrive(bars.empty((kt - 1) % kStages));
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    fence_operands(d);
+    // A released stage may be filled again: lane 0 arrives for its warp.
+    consume_k_tiles(
+        d, smem, bars, k_tiles, tid / 128,
+        [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); },
+        [lane](unsigned bar) { if (lane == 0) mbarrier_arrive(bar); });
   }
   __syncthreads();  // every stage consumed: the shared memory becomes the staging tile
   __nv_bfloat16* const stage = smem;

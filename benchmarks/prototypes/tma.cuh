@@ -3,6 +3,8 @@
 // of a cluster) and cluster synchronisation, as inline PTX for sm_90a.
 #pragma once
 
+#include "wgmma.cuh"
+
 namespace twell_proto {
 
 __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
@@ -75,6 +77,33 @@ struct StageBarriers {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
 };
+
+// The k loop of the consumer warpgroups (warpgroup wg: 64 rows of the block tile): for each
+// k tile, wait on its stage's full barrier (wait_full(barrier, parity)), run the stage's
+// wgmma, and once the previous tile's wgmma has completed, release that stage
+// (release_empty(its empty barrier), called by every lane: the prototype picks the arriving
+// lanes and barriers). Returns with d complete.
+template <int kStages, typename WaitFull, typename ReleaseEmpty>
+__device__ __forceinline__ void consume_k_tiles(float (&d)[128], const __nv_bfloat16* smem,
+                                                const StageBarriers<kStages>& bars, int k_tiles,
+                                                int wg, WaitFull wait_full,
+                                                ReleaseEmpty release_empty) {
+  using namespace twell;
+  using namespace twell::gemm;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % kStages;
+    wait_full(bars.full(s), (kt / kStages) & 1);
+    __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
+    const __nv_bfloat16* const a_s = smem + s * (kAStage + kBStage);
+    const __nv_bfloat16* const b_s = a_s + kAStage;
+    wgmma_stage(d, a_s, b_s, wg);
+    if (kt > 0) release_empty(bars.empty((kt - 1) % kStages));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_operands(d);
+}
 
 // The box at (column c0, row c1) of the tensor `tmap` describes, into shared memory at dst;
 // its bytes count towards the transaction of the mbarrier `bar`.
