@@ -412,10 +412,10 @@ def _mma_shape(dtype, tile_width, slots, b, requested=None):
 def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, nnz_hint=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
-    Two ways, chosen without a host synchronisation:
+    Two ways, chosen without a host synchronisation (:func:`spmm_way`):
 
     * the gather kernel ``twell_spmm_rows`` (a warp per row and 1024 columns of 16-bit
-      values, the B row of each entry read from L2), in every other case;
+      values, the B row of each entry read from L2), unless the next way is taken;
     * ``A.toarray() @ b`` by cuBLAS when :func:`twell._layout.dense_product_pays` says so for
       ``nnz_hint`` (A's entries, when known without reading the GPU), ``b`` has at most
       ``_MAX_GRID_Y * 32`` columns (wider products gather, in column chunks), the ``M x K`` dense
