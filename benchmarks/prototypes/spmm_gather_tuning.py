@@ -42,7 +42,6 @@ EXPR = "twell_spmm_rows<__nv_bfloat16, 8>"
 SHIPPED_CHUNKS = "constexpr int kChunks = 4;"
 SHIPPED_CAP = "constexpr int kRowsMaxRegisters = 80;"
 CAP_MACRO = "#define TWELL_ROWS_MAXNREG __maxnreg__(kRowsMaxRegisters)"
-NUM_REGS, LOCAL_BYTES = 4, 3  # CUfunction_attribute: CU_FUNC_ATTRIBUTE_NUM_REGS, _LOCAL_SIZE_BYTES
 
 
 def rows_kernel(chunks=None, cap=80):
@@ -61,8 +60,7 @@ def rows_kernel(chunks=None, cap=80):
             source = source.replace(CAP_MACRO, "#define TWELL_ROWS_MAXNREG")
         module = cupy.RawModule(code=source, options=_kernels.OPTIONS, name_expressions=[EXPR])
         kernel = module.get_function(EXPR)
-    attr = cupy.cuda.driver.funcGetAttribute
-    return kernel, chunks * 32 * 8, attr(NUM_REGS, kernel.ptr), attr(LOCAL_BYTES, kernel.ptr)
+    return kernel, chunks * 32 * 8, kernel.num_regs, kernel.local_size_bytes
 
 
 def gather(variant, a, b):
