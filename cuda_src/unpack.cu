@@ -1,4 +1,4 @@
-// unpack.cu: TwELL -> dense and TwELL -> CSR, plus the overflow scatter both need.
+// unpack.cu: TwELL -> dense (with the overflow scatter) and TwELL -> CSR.
 #include "twell_layout.cuh"
 
 using namespace twell;
@@ -43,24 +43,62 @@ __global__ void twell_scatter_csr(const long long* __restrict__ indptr, const in
   out[row_of(indptr, n_rows, j) * n_cols + cols[j]] = vals[j];
 }
 
-// TwELL slots -> CSR positions: slot s of pair p goes to tile_offset[p] + s, where tile_offset
-// is the exclusive prefix sum over pairs of (count + overflow entries of the pair): a tile's
-// slot entries come first, then its overflow entries (placed by the caller).
-// One thread per slot. Grid: ceil(M * n_tiles * S / threads per block).
+// TwELL -> CSR, one warp per row, in two modes:
+//   kModeCount  row_info[row] = the row's entries (its slot counts plus its overflow entries);
+//   kModeSlots  the row's entries in column order from out position row_info[row] (an
+//               exclusive prefix sum of the counts): tile by tile, the tile's slot entries,
+//               then its overflow entries, which follow the slots in column order. A lane takes
+//               one tile; its overflow entries are found by two binary searches in the row's
+//               overflow (sorted by column), and a warp-wide prefix sum places the tiles.
+// Grid: ceil(M / warps per block) blocks of whole warps.
 template <typename T>
-__global__ void twell_slots_to_csr(const int* __restrict__ counts, const T* __restrict__ data,
-                                   const unsigned short* __restrict__ indices, long long n_pairs,
-                                   long long tiles, int tile_width, int slots,
-                                   const long long* __restrict__ tile_offset,
-                                   int* __restrict__ out_indices, T* __restrict__ out_data) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n_pairs * slots) return;
-  const long long pair = i / slots;
-  const int s = static_cast<int>(i - pair * slots);
-  if (s >= counts[pair]) return;
-  const long long pos = tile_offset[pair] + s;
-  out_indices[pos] = static_cast<int>((pair % tiles) * tile_width + indices[i]);
-  out_data[pos] = data[i];
+__global__ void twell_rows_to_csr(const int* __restrict__ counts, const T* __restrict__ data,
+                                  const unsigned short* __restrict__ indices,
+                                  const long long* __restrict__ overflow_indptr,
+                                  const int* __restrict__ overflow_indices,
+                                  const T* __restrict__ overflow_data, long long n_rows,
+                                  long long n_cols, int tile_width, int slots, int mode,
+                                  long long* __restrict__ row_info, int* __restrict__ out_indices,
+                                  T* __restrict__ out_data) {
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= n_rows) return;
+  const long long over_start = overflow_indptr[row], over_end = overflow_indptr[row + 1];
+  if (mode == kModeCount) {
+    long long n = 0;
+    for (long long t = lane; t < tiles; t += kWarp) n += counts[row * tiles + t];
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset >>= 1) n += __shfl_xor_sync(kFullMask, n, offset);
+    if (lane == 0) row_info[row] = n + (over_end - over_start);
+    return;
+  }
+  long long base = row_info[row];
+  for (long long t0 = 0; t0 < tiles; t0 += kWarp) {
+    const long long t = t0 + lane, pair = row * tiles + t;
+    const long long col0 = t * tile_width;
+    int used = 0, over = 0;
+    long long lo = over_start;
+    if (t < tiles) {
+      used = counts[pair];
+      if (over_end > over_start) {
+        lo = lower_bound(overflow_indices, over_start, over_end, col0);
+        over = static_cast<int>(lower_bound(overflow_indices, lo, over_end, col0 + tile_width) - lo);
+      }
+    }
+    const int total = used + over;  // <= tile_width
+    const int inclusive = warp_inclusive_scan(total, lane);
+    const long long at = base + (inclusive - total);
+    for (int s = 0; s < used; ++s) {
+      out_indices[at + s] = static_cast<int>(col0 + indices[pair * slots + s]);
+      out_data[at + s] = data[pair * slots + s];
+    }
+    for (int q = 0; q < over; ++q) {
+      out_indices[at + used + q] = overflow_indices[lo + q];
+      out_data[at + used + q] = overflow_data[lo + q];
+    }
+    base += __shfl_sync(kFullMask, inclusive, kWarp - 1);
+  }
 }
 
 // Writes what twell_layout.cuh computes for given inputs, so that a test can compare it with

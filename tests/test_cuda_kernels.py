@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import scipy.sparse
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import twell
 from twell import _algorithms, _kernels, _layout
@@ -11,7 +13,7 @@ cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 if not twell.cuda_available():
     pytest.skip("CuPy with a CUDA GPU is not available", allow_module_level=True)
 
-from helpers import Backend, cast  # noqa: E402
+from helpers import Backend, assert_values_equal, cast  # noqa: E402
 
 from twell import _cupy_backend  # noqa: E402
 
@@ -351,3 +353,95 @@ def test_auto_slots_pack_knows_its_overflow_without_reading_it_back(rng, monkeyp
                   "overflow_data"):
             assert cupy.array_equal(getattr(got, f).view(np.uint8),
                                     getattr(want, f).view(np.uint8)), f
+
+
+# -- canonical.cu: CSR input in any column order -> canonical CSR --------------------------
+
+_SPECIALS = {np.dtype(np.float64): [0.0, -0.0, np.nan, np.inf, 5e-324],
+             np.dtype(np.float32): [0.0, -0.0, np.nan, -np.inf, 1e-45],
+             np.dtype(np.float16): [0.0, -0.0, np.nan, np.inf, 6e-8],
+             twell.bfloat16: [0.0, -0.0, np.nan, -np.inf, 1e-40]}
+
+
+@st.composite
+def _messy_csr(draw):
+    """Host CSR arrays whose rows are in any column order (some in order), with duplicates
+    (runs across warp chunks too), zeros of both signs, NaN, Inf, subnormals, values that
+    cancel, and sometimes spare storage past indptr[-1]."""
+    dtype = draw(st.sampled_from(list(_SPECIALS)))
+    m = draw(st.integers(1, 12))
+    k = draw(st.sampled_from([1, 3, 40, 300, 70000]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice([0, 1, 5, 31, 32, 33, 70, 200], size=m)
+    rows = []
+    for n in lengths:
+        cols = rng.integers(0, k, size=n)
+        if rng.random() < 0.3:
+            cols.sort()  # in column order: copied, duplicates summed in place
+        rows.append(cols)
+    indices = np.concatenate(rows).astype(np.int32) if m else np.zeros(0, np.int32)
+    vals = rng.standard_normal(indices.size)
+    special = rng.random(indices.size) < 0.15
+    vals[special] = rng.choice(_SPECIALS[dtype], size=int(special.sum()))
+    if indices.size > 1:
+        vals[1] = -vals[0]  # a pair that may cancel if the two land in one column
+    spare = draw(st.sampled_from([0, 0, 3]))
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    data = cast(vals, dtype)
+    return (indptr, np.concatenate([indices, np.zeros(spare, np.int32)]),
+            np.concatenate([data, cast(np.ones(spare), dtype)]), (m, k))
+
+
+@settings(max_examples=40)
+@given(case=_messy_csr())
+def test_canonical_csr_kernel_gives_the_host_bits(case):
+    # The row sort of canonical.cu against the shared global sort on the host
+    # (_algorithms.canonical_csr): the same structure and the same values bit for bit
+    # (NaN's payload aside: a GPU sum with a NaN gives the canonical NaN), duplicates summed
+    # in input order in the accumulation type, -0.0 and cancelled sums dropped.
+    indptr, indices, data, shape = case
+    want = _algorithms.canonical_csr(indptr, indices, data, shape)
+    got = _cupy_backend.canonical_csr(cupy.asarray(indptr), cupy.asarray(indices),
+                                      cupy.asarray(data), shape)
+    assert [x.dtype for x in got] == [np.int64, np.int32, data.dtype]
+    np.testing.assert_array_equal(got[0].get(), want[0], err_msg="indptr")
+    np.testing.assert_array_equal(got[1].get(), want[1], err_msg="indices")
+    assert_values_equal(got[2].get(), want[2], "data", signed_zeros=True)
+    if data.dtype in (np.float32, np.float64):  # and against scipy, independently
+        x = scipy.sparse.csr_array((data[:indptr[-1]], indices[:indptr[-1]], indptr),
+                                   shape=shape)
+        x.sum_duplicates()
+        x.eliminate_zeros()
+        np.testing.assert_array_equal(got[0].get(), x.indptr)
+        np.testing.assert_array_equal(got[1].get(), x.indices)
+        np.testing.assert_allclose(got[2].get(), x.data, rtol=1e-5)  # scipy's sum order
+
+
+def test_canonical_csr_falls_back_to_the_global_sort_for_long_rows(rng, monkeypatch):
+    # A row out of order longer than CSR_SORT_MAX_ROW sends the whole input to the global
+    # sort; a long row in order does not (it is copied). Both give the same bits.
+    m, k = 50, 3000
+    x = scipy.sparse.csr_array((rng.standard_normal((m, k)) * (rng.random((m, k)) < 0.05))
+                               .astype(np.float32))
+    x.indices[x.indptr[3]:x.indptr[4]] = x.indices[x.indptr[3]:x.indptr[4]][::-1].copy()
+    args = [cupy.asarray(a) for a in (x.indptr, x.indices, x.data)]
+    calls = []
+    global_sort = _algorithms.canonical_csr
+    monkeypatch.setattr(_algorithms, "canonical_csr",
+                        lambda *a: calls.append(1) or global_sort(*a))
+    fast = _cupy_backend.canonical_csr(*args, (m, k))
+    assert not calls
+    longest = int(np.diff(x.indptr).max())
+    monkeypatch.setattr(_cupy_backend, "CSR_SORT_MAX_ROW", int(np.diff(x.indptr)[3]) - 1)
+    slow = _cupy_backend.canonical_csr(*args, (m, k))
+    assert calls and longest > _cupy_backend.CSR_SORT_MAX_ROW
+    x.sort_indices()
+    for g, s, w in zip(fast, slow, (x.indptr, x.indices, x.data), strict=True):
+        np.testing.assert_array_equal(g.get(), w)
+        np.testing.assert_array_equal(s.get(), w)
+    monkeypatch.setattr(_cupy_backend, "CSR_SORT_MAX_ROW", 1)  # every row in order: no sort
+    calls.clear()
+    _cupy_backend.canonical_csr(*[cupy.asarray(a) for a in (x.indptr, x.indices, x.data)],
+                                (m, k))
+    assert not calls

@@ -200,6 +200,20 @@ def coo_to_csr(rows, cols, vals, n_rows):
     return indptr, cols.astype(_layout.OVERFLOW_INDEX_DTYPE), vals
 
 
+def canonical_csr(indptr, indices, data, shape):
+    """CSR with rows in any column order -> canonical CSR ``(indptr int64, indices int32,
+    data)``: columns sorted, duplicates summed in input order, zeros dropped.
+
+    The global sort of :func:`canonical_coo` over the entries ``indptr[0]`` (0, as scipy
+    and cupyx write it) to ``indptr[-1]``; on CuPy, reading ``indptr[-1]`` synchronises once
+    with the host.
+    """
+    nnz = int(indptr[-1])
+    rows = expand_indptr(indptr, nnz)
+    rows, cols, vals = canonical_coo(rows, indices[:nnz], data[:nnz], shape)
+    return coo_to_csr(rows, cols, vals, shape[0])
+
+
 def canonical_coo(rows, cols, vals, shape):
     """Any COO triplet -> sorted by (row, column), duplicates summed, zeros dropped.
 

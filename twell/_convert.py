@@ -59,6 +59,20 @@ def csr_from_coo(rows, cols, vals, shape, dtype=None):
     return CSR(indptr, xp.asarray(indices), vals, shape)
 
 
+def csr_from_rows(indptr, indices, data, shape, dtype=None):
+    """A CSR triplet (NumPy or CuPy; rows in any column order, duplicates and explicit zeros
+    allowed) -> canonical :class:`CSR`.
+
+    Sorted row by row on the GPU (``canonical.cu``), by the shared global sort on the host.
+    The result may share ``indptr`` with the input (when it is int64 and nothing is dropped).
+    """
+    xp = _backend.array_module(indptr, indices, data)
+    vdtype = value_dtype(data.dtype if dtype is None else dtype, "data.dtype")
+    if data.dtype != vdtype:
+        data = _backend.backend(xp).cast(data, vdtype)
+    return CSR(*_backend.backend(xp).canonical_csr(indptr, indices, data, shape), shape)
+
+
 def scipy_sparse(x, dtype=None, storage=None):
     """A scipy.sparse array or matrix -> canonical :class:`CSR` on the host.
 
@@ -69,14 +83,12 @@ def scipy_sparse(x, dtype=None, storage=None):
     if storage is not None:
         check_storage(shape, *storage)
     value_dtype(x.dtype, "x.dtype")
-    if x.format == "csr":
-        nnz = int(x.indptr[-1])  # scipy may keep spare capacity past indptr[-1]
-        rows = _algorithms.expand_indptr(np.asarray(x.indptr, dtype=np.int64), nnz)
-        cols, vals = x.indices[:nnz], x.data[:nnz]
-    else:
-        coo = x.tocoo()
-        rows, cols, vals = coo.row, coo.col, coo.data
-    return csr_from_coo(np.asarray(rows), np.asarray(cols), np.asarray(vals), shape, dtype)
+    if x.format == "csr":  # scipy may keep spare capacity past indptr[-1]: canonical_csr
+        return csr_from_rows(np.asarray(x.indptr, dtype=np.int64), np.asarray(x.indices),
+                             np.asarray(x.data), shape, dtype)
+    coo = x.tocoo()
+    return csr_from_coo(np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data), shape,
+                        dtype)
 
 
 def cupyx_sparse(x, dtype=None, storage=None):
@@ -85,6 +97,8 @@ def cupyx_sparse(x, dtype=None, storage=None):
     if storage is not None:
         check_storage(shape, *storage)
     value_dtype(x.dtype, "x.dtype")
+    if x.format == "csr":
+        return csr_from_rows(x.indptr, x.indices, x.data, shape, dtype)
     coo = x.tocoo(copy=True)
     return csr_from_coo(coo.row, coo.col, coo.data, shape, dtype)
 

@@ -11,8 +11,8 @@ import os
 import cupy
 import numpy as np
 
-from . import _kernels, _layout
-from ._algorithms import Parts, csr_layout, exclusive_cumsum
+from . import _algorithms, _kernels, _layout
+from ._algorithms import Parts, exclusive_cumsum
 
 # Threads per block for the warp-per-item kernels (8 warps) and the thread-per-item ones.
 _BLOCK = 256
@@ -232,6 +232,50 @@ def pack_dense(dense, tile_width, slots, n_over=None):
 
 # -- CSR -> TwELL -----------------------------------------------------------
 
+#: Longest row out of column order that ``twell_csr_sort_rows`` sorts: its rank sort takes
+#: length**2 / 32 steps per warp (0.3 ms at 2048 entries). A longer one sends the whole input
+#: to the shared global sort (``_algorithms.canonical_csr``).
+CSR_SORT_MAX_ROW = 2048
+
+#: Blocks of the grid-stride canonical.cu kernels: enough warps to fill any current GPU, and a
+#: bound on their atomic updates of the two counters.
+_CANONICAL_BLOCKS = 4096
+
+
+def canonical_csr(indptr, indices, data, shape):
+    """CSR with rows in any column order -> canonical CSR ``(indptr int64, indices int32,
+    data)``: columns sorted, duplicates summed in input order, zeros dropped.
+
+    A warp per row (canonical.cu) instead of the global sort of 64-bit keys: 1.8 ms -> see
+    benchmarks/NOTES.md (ninth session). Synchronises once with the host, to read the number
+    of dropped entries (the output size) and whether a row was too long to sort here.
+    """
+    m = shape[0]
+    if m == 0 or indices.dtype != np.int32:
+        return _algorithms.canonical_csr(indptr, indices, data, shape)
+    indptr = cupy.ascontiguousarray(indptr, dtype=np.int64)
+    indices, data = cupy.ascontiguousarray(indices), cupy.ascontiguousarray(data)
+    col, val = cupy.empty_like(indices), cupy.empty_like(data)
+    kept = cupy.empty(m, dtype=np.int64)
+    info = cupy.zeros(2, dtype=np.uint64)
+    grid = (min(_blocks(m, _WARPS)[0], _CANONICAL_BLOCKS),)
+    kernel = _kernels.function("canonical.cu", _expr("twell_csr_sort_rows", data.dtype))
+    kernel(grid, (_BLOCK,), (indptr, indices, data, _i64(m), _i64(indices.size),
+                             _i64(CSR_SORT_MAX_ROW), col, val, kept, info))
+    unsorted, dropped = (int(v) for v in info.get())  # device-to-host sync
+    if unsorted:
+        return _algorithms.canonical_csr(indptr, indices, data, shape)
+    if dropped == 0:
+        return indptr, col, val
+    out_indptr = exclusive_cumsum(kept)
+    n = indices.size - dropped
+    out_col = cupy.empty(n, dtype=np.int32)
+    out_val = cupy.empty(n, dtype=data.dtype)
+    kernel = _kernels.function("canonical.cu", _expr("twell_csr_compact_rows", data.dtype))
+    kernel(grid, (_BLOCK,), (indptr, col, val, _i64(m), out_indptr, out_col, out_val))
+    return out_indptr, out_col, out_val
+
+
 def _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, mode, totals, parts,
                      offset, counter):
     m, k = shape
@@ -322,25 +366,30 @@ def to_dense(parts, shape, tile_width):
 def to_csr(parts, shape, tile_width):
     """TwELL parts -> canonical CSR ``(indptr int64, indices int32, data)``.
 
-    Synchronises once with the host to size the output.
+    ``twell_rows_to_csr``, a warp per row: it counts each row's entries, then, after a prefix
+    sum over the rows, writes them (the shared ``csr_layout``, a dozen CuPy calls over every
+    tile, took 0.37-0.54 ms of ``tocsr``'s 1.2 ms at 99%, float32, H200). Synchronises once
+    with the host to size the output.
     """
     m, k = shape
-    nt = _layout.n_tiles(k, tile_width)
-    slots = parts.data.shape[2]
-    tile_offset, _, over_pos = csr_layout(parts, shape, tile_width)
-    nnz = int(tile_offset[-1])  # device-to-host sync: the output size
+    row_nnz = cupy.empty(m, dtype=np.int64)
+    kernel = _kernels.function("unpack.cu", _expr("twell_rows_to_csr", parts.data.dtype))
+
+    def launch(mode, row_info, indices, data):
+        if m:  # one warp per row
+            kernel(_blocks(m, _WARPS), (_BLOCK,), (
+                parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+                parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k),
+                _i32(tile_width), _i32(parts.data.shape[2]), _i32(mode), row_info, indices,
+                data))
+
+    launch(_MODE_COUNT, row_nnz, cupy.empty(0, dtype=np.int32),
+           cupy.empty(0, dtype=parts.data.dtype))  # not written in kModeCount
+    indptr = exclusive_cumsum(row_nnz)
+    nnz = int(indptr[-1])  # device-to-host sync: the output size
     indices = cupy.empty(nnz, dtype=_layout.OVERFLOW_INDEX_DTYPE)
     data = cupy.empty(nnz, dtype=parts.data.dtype)
-    n_slots = parts.data.size
-    if n_slots:
-        kernel = _kernels.function("unpack.cu", _expr("twell_slots_to_csr", data.dtype))
-        # One thread per slot.
-        kernel(_blocks(n_slots, _BLOCK), (_BLOCK,), (
-            parts.counts, parts.data, parts.indices, _i64(parts.counts.size), _i64(nt),
-            _i32(tile_width), _i32(slots), tile_offset, indices, data))
-    indices[over_pos] = parts.overflow_indices
-    data[over_pos] = parts.overflow_data
-    indptr = _row_starts(tile_offset, m, nt)
+    launch(_MODE_SLOTS, indptr, indices, data)
     return indptr, indices, data
 
 

@@ -86,8 +86,9 @@ MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 #: Every kernel instantiation, by source file.
 INSTANCES = {
     "pack.cu": _pack_dense() + _vectored("twell_pack_dense_overflow") + _typed("twell_pack_csr"),
+    "canonical.cu": _typed("twell_csr_sort_rows") + _typed("twell_csr_compact_rows"),
     "unpack.cu": (_vectored("twell_unpack_dense") + _typed("twell_scatter_csr")
-                  + _typed("twell_slots_to_csr") + ["twell_layout_probe"]),
+                  + _typed("twell_rows_to_csr") + ["twell_layout_probe"]),
     "cast.cu": [f"twell_cast<{CTYPES[a]}, {CTYPES[b]}>" for a in SUPPORTED_DTYPES
                 for b in SUPPORTED_DTYPES if a != b],
     "spmm.cu": (_vectored("twell_spmm_rows") + _typed("twell_spmv")

@@ -13,7 +13,8 @@ C-contiguous 2-D arrays of a supported value dtype; CSR inputs are canonical
 import numpy as np
 
 from . import _layout
-from ._algorithms import (  # noqa: F401 - tile_counts_csr is part of this backend's API
+from ._algorithms import (  # noqa: F401 - canonical_csr, tile_counts_csr: this backend's API
+    canonical_csr,
     coo_to_csr,
     expand_indptr,
     is_nonzero,

@@ -1,0 +1,160 @@
+// canonical.cu: CSR input -> canonical CSR (each row's columns sorted, duplicates summed,
+// explicit zeros dropped), the form every CSR -> TwELL kernel expects.
+//
+// The host's algorithm (twell/_algorithms.py, canonical_coo) sorts every entry by a 64-bit
+// (row, column) key. CSR input is ordered by rows already, so here a warp sorts one row:
+//   twell_csr_sort_rows     each row's entries, stably by column, into (col_out, val_out) at
+//                           the row's own positions; row_kept[row] = its canonical entries;
+//                           info[0] += rows left unsorted (longer than max_row and out of
+//                           order), info[1] += entries the canonical form drops (duplicates,
+//                           zeros, and any storage outside indptr[0] .. indptr[M]);
+//   twell_csr_compact_rows  when info[1] > 0: each sorted row's canonical entries to
+//                           out_indptr[row] (an exclusive prefix sum of row_kept).
+// A row in column order (the usual case, duplicates allowed) is copied; a row out of order
+// takes a stable rank sort: an entry's position is the number of entries before it in
+// (column, position) order, found by comparing with every entry of the row (row length
+// squared over 32 steps per warp, hence max_row; the launcher falls back to the global sort
+// when info[0] > 0).
+// Duplicates are summed in their input order in the accumulation type (Value<T>::Acc), like
+// the host's level-by-level sum; a value with no duplicate is copied bit for bit. No atomics
+// touch the output: the result is deterministic. Grid: whole warps, a grid-stride loop over
+// rows.
+#include "twell_layout.cuh"
+
+using namespace twell;
+
+namespace {
+
+constexpr int kCanonicalWarps = 8;
+
+__device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
+
+// Whether a[start .. end) is in non-decreasing order, i.e. sorted stably already (the same
+// answer in every lane).
+__device__ inline bool in_column_order(const int* __restrict__ a, long long start,
+                                       long long end, int lane) {
+  bool ok = true;
+  for (long long j = start + 1 + lane; j < end && ok; j += kWarp) ok = a[j - 1] <= a[j];
+  return __all_sync(kFullMask, ok);
+}
+
+// Walk the sorted row col[start .. end), val[start .. end) in order; every lane must call it.
+// With kWrite, its canonical entries go to out_col/out_val[out_start ...]. Returns the number
+// of canonical entries (the same in every lane). col and val are not __restrict__: the sort
+// kernel reads here what its warp has just written (no read-only cache path).
+template <bool kWrite, typename T>
+__device__ long long canonical_entries(const int* col, const T* val,
+                                       long long start, long long end, int lane,
+                                       int* __restrict__ out_col, T* __restrict__ out_val,
+                                       long long out_start) {
+  using Acc = typename Value<T>::Acc;
+  long long kept = 0;
+  for (long long i0 = start; i0 < end; i0 += kWarp) {
+    const long long i = i0 + lane;
+    bool keep = false;
+    int c = 0;
+    T v = Value<T>::zero();
+    if (i < end) {
+      c = col[i];
+      if (i == start || col[i - 1] != c) {  // the first of its column: sums the run
+        v = val[i];
+        long long j = i + 1;
+        if (j < end && col[j] == c) {
+          Acc sum = Value<T>::to_acc(v);
+          for (; j < end && col[j] == c; ++j) sum += Value<T>::to_acc(val[j]);
+          v = Value<T>::from_acc(sum);
+        }
+        keep = is_nonzero(v);
+      }
+    }
+    const unsigned ballot = __ballot_sync(kFullMask, keep);
+    if (kWrite && keep) {
+      const long long o = out_start + kept + __popc(ballot & lanes_below(lane));
+      out_col[o] = c;
+      out_val[o] = v;
+    }
+    kept += __popc(ballot);
+  }
+  return kept;
+}
+
+}  // namespace
+
+// col_out/val_out have the input's length; info (2 counters) is zeroed by the launcher.
+template <typename T>
+__global__ void __launch_bounds__(kCanonicalWarps * kWarp)
+twell_csr_sort_rows(const long long* __restrict__ indptr, const int* __restrict__ col_in,
+                    const T* __restrict__ val_in, long long n_rows, long long n_stored,
+                    long long max_row, int* __restrict__ col_out, T* __restrict__ val_out,
+                    long long* __restrict__ row_kept, unsigned long long* __restrict__ info) {
+  const int lane = threadIdx.x % kWarp;
+  const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x / kWarp);
+  unsigned long long unsorted = 0, dropped = 0;  // lane 0's tallies
+  for (long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+       row < n_rows; row += warps) {
+    const long long start = indptr[row], end = indptr[row + 1], n = end - start;
+    if (in_column_order(col_in, start, end, lane)) {
+      for (long long j = start + lane; j < end; j += kWarp) {
+        col_out[j] = col_in[j];
+        val_out[j] = val_in[j];
+      }
+    } else if (n > max_row) {
+      unsorted += 1;
+      continue;
+    } else {  // n <= max_row < 2^31: positions within the row fit in int
+      const int len = static_cast<int>(n);
+      for (int i0 = 0; i0 < len; i0 += kWarp) {
+        const int i = i0 + lane;
+        const int c = i < len ? col_in[start + i] : 0;
+        int pos = 0;  // entries before this one in (column, position) order
+        for (int j0 = 0; j0 < len; j0 += kWarp) {
+          const int mine = j0 + lane < len ? col_in[start + j0 + lane] : 0;
+          const int before = i - j0;  // entry j0 + t precedes this one when t < before
+          if (j0 + kWarp <= len) {
+#pragma unroll
+            for (int t = 0; t < kWarp; ++t) {
+              const int other = __shfl_sync(kFullMask, mine, t);
+              pos += (other < c) | ((other == c) & (t < before));
+            }
+          } else {
+            for (int t = 0; t < len - j0; ++t) {
+              const int other = __shfl_sync(kFullMask, mine, t);
+              pos += (other < c) | ((other == c) & (t < before));
+            }
+          }
+        }
+        if (i < len) {
+          col_out[start + pos] = c;
+          val_out[start + pos] = val_in[start + i];
+        }
+      }
+    }
+    __syncwarp();  // orders the warp's writes of the sorted row before its reads
+    const long long kept = canonical_entries<false>(col_out, val_out, start, end, lane,
+                                                    static_cast<int*>(nullptr),
+                                                    static_cast<T*>(nullptr), 0);
+    if (lane == 0) {
+      row_kept[row] = kept;
+      dropped += n - kept;
+      if (row == 0) dropped += start;                     // storage before the first row
+      if (row == n_rows - 1) dropped += n_stored - end;   // and after the last
+    }
+  }
+  if (lane == 0 && unsorted > 0) atomicAdd(&info[0], unsorted);
+  if (lane == 0 && dropped > 0) atomicAdd(&info[1], dropped);
+}
+
+// The rows sorted by twell_csr_sort_rows (none skipped), compacted to out_indptr.
+template <typename T>
+__global__ void __launch_bounds__(kCanonicalWarps * kWarp)
+twell_csr_compact_rows(const long long* __restrict__ indptr, const int* __restrict__ col,
+                       const T* __restrict__ val, long long n_rows,
+                       const long long* __restrict__ out_indptr, int* __restrict__ out_col,
+                       T* __restrict__ out_val) {
+  const int lane = threadIdx.x % kWarp;
+  const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x / kWarp);
+  for (long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+       row < n_rows; row += warps)
+    canonical_entries<true>(col, val, indptr[row], indptr[row + 1], lane, out_col, out_val,
+                            out_indptr[row]);
+}
