@@ -58,7 +58,7 @@ PACK_PAIRS_CHOICES = (1, 2, 4)
 #: Whether tiles of 2 to 4 warp-wide vector loads (float32 and float64 at tile width 256,
 #: 16-bit values at 512-1024) take the staged pack kernel with that many loads per pair
 #: (``twell_pack_dense<T, VEC, PAIRS, CHUNKS>``, PAIRS * CHUNKS = 4) instead of one pair per
-#: warp looping over the tile. On since the ninth session (H200, M = 16384, K = 5632, 99%:
+#: warp looping over the tile. On since the eighth session (H200, M = 16384, K = 5632, 99%:
 #: float32 slots pass 171 -> 117 us, float64 260 -> 196 us; benchmarks/NOTES.md); the tests
 #: hold both ways to the same bits.
 PACK_STAGED_CHUNKS = True
