@@ -232,9 +232,9 @@ def pack_dense(dense, tile_width, slots, n_over=None):
 
 # -- CSR -> TwELL -----------------------------------------------------------
 
-#: Longest row out of column order that ``twell_csr_sort_rows`` sorts: its rank sort takes
-#: length**2 / 32 steps per warp (0.3 ms at 2048 entries). A longer one sends the whole input
-#: to the shared global sort (``_algorithms.canonical_csr``).
+#: Longest row out of column order that ``twell_csr_sort_rows`` sorts: a lane's work grows as
+#: (length / 32)**2 dependent binary-search steps (about 0.3 ms for one warp at 2048 entries).
+#: A longer one sends the whole input to the shared global sort (``_algorithms.canonical_csr``).
 CSR_SORT_MAX_ROW = 2048
 
 #: Blocks of the grid-stride canonical.cu kernels: enough warps to fill any current GPU, and a
@@ -257,13 +257,13 @@ def canonical_csr(indptr, indices, data, shape):
         return _algorithms.canonical_csr(indptr, indices, data, shape)
     indptr = cupy.ascontiguousarray(indptr, dtype=np.int64)
     indices, data = cupy.ascontiguousarray(indices), cupy.ascontiguousarray(data)
-    col, val = cupy.empty_like(indices), cupy.empty_like(data)
+    scratch, col, val = cupy.empty_like(indices), cupy.empty_like(indices), cupy.empty_like(data)
     kept = cupy.empty(m, dtype=np.int64)
     info = cupy.zeros(2, dtype=np.uint64)
     grid = (min(_blocks(m, _WARPS)[0], _CANONICAL_BLOCKS),)
     kernel = _kernels.function("canonical.cu", _expr("twell_csr_sort_rows", data.dtype))
     kernel(grid, (_BLOCK,), (indptr, indices, data, _i64(m), _i64(indices.size),
-                             _i64(CSR_SORT_MAX_ROW), col, val, kept, info))
+                             _i64(CSR_SORT_MAX_ROW), scratch, col, val, kept, info))
     unsorted, dropped = (int(v) for v in info.get())  # device-to-host sync
     if unsorted:
         return _algorithms.canonical_csr(indptr, indices, data, shape)
