@@ -246,8 +246,8 @@ def canonical_csr(indptr, indices, data, shape):
     """CSR with rows in any column order -> canonical CSR ``(indptr int64, indices int32,
     data)``: columns sorted, duplicates summed in input order, zeros dropped.
 
-    A warp per row (canonical.cu) instead of the global sort of 64-bit keys: 0.12 / 1.6 ms
-    against 1.3 / 2.9 ms on cupyx input of the paper's activations at 99% / 90% (float32,
+    A warp per row (canonical.cu) instead of the global sort of 64-bit keys: 0.11 / 1.2 ms
+    against 0.9 / 2.6 ms on cupyx input of the paper's activations at 99% / 90% (float32,
     H200; benchmarks/NOTES.md, eighth session). Synchronises once with the host, to read the
     number of dropped entries (the output size) and whether a row was too long to sort here.
     Indices other than int32 take the global sort.
