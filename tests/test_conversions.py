@@ -117,6 +117,25 @@ def test_csr_input_is_canonicalised_whatever_its_flags_say(backend, case):
     assert_csr_equal(host_csr(backend, a.tocsr()), want)
 
 
+def test_scipy_csr_storage_past_its_last_row_is_ignored():
+    # A scipy CSR matrix may hold arrays longer than indptr[-1] (scipy's own toarray and nnz
+    # ignore the rest; its constructor trims them, so they are set afterwards, as code that
+    # resizes in place leaves them); what lies past indptr[-1] (here NaN in a column out of
+    # range) belongs to no row.
+    indptr = np.array([0, 2, 2, 3])
+    indices = np.array([3, 1, 0, 99, 7], dtype=np.int32)
+    data = np.array([1.5, -2.0, 4.0, np.nan, 1.0])
+    x = sp.csr_array((data[:3], indices[:3], indptr), shape=(3, 5))
+    x.indices, x.data = indices, data
+    assert x.nnz == 3
+    a = twell.TwELLMatrix(x, tile_width=2)
+    a.validate()
+    assert a.nnz == 3
+    want = np.zeros((3, 5))
+    want[0, 1], want[0, 3], want[2, 0] = -2.0, 1.5, 4.0
+    assert_dense_equal(a.toarray(), want)
+
+
 @given(case=coo_cases())
 def test_coo_duplicates_are_summed_and_zeros_dropped(backend, case):
     coo = sp.coo_array((case.vals, (case.rows, case.cols)), shape=case.shape)
