@@ -7,7 +7,9 @@
 //                           the row's own positions; row_kept[row] = its canonical entries;
 //                           info[0] += rows left unsorted (longer than max_row and out of
 //                           order), info[1] += entries the canonical form drops (duplicates,
-//                           zeros, and any storage outside indptr[0] .. indptr[M]);
+//                           zeros, and any storage past indptr[M]), info[2] += faults:
+//                           rows whose pointers are out of order or out of the storage
+//                           (then skipped) and columns outside [0, n_cols);
 //   twell_csr_compact_rows  when info[1] > 0: each sorted row's canonical entries to
 //                           out_indptr[row] (an exclusive prefix sum of row_kept).
 // A row in column order (the usual case, duplicates allowed) is copied; a row out of order
@@ -104,25 +106,33 @@ __device__ __forceinline__ long long canonical_entries(const int* col, const T* 
 
 }  // namespace
 
-// scratch, col_out and val_out have the input's length; info (2 counters) is zeroed by the
-// launcher. The launch bounds name one block per SM as the minimum: with the block size alone,
+// scratch, col_out and val_out have the input's length; info (3 counters) is zeroed by the
+// launcher. A fault makes the launcher raise (it names one with a host check), so a faulty
+// row's output is left unwritten; its pointers are checked before anything in it is read. The launch bounds name one block per SM as the minimum: with the block size alone,
 // ptxas (nvcc 13.0, sm_90) held this kernel to 32 registers and spilled.
 template <typename T>
 __global__ void __launch_bounds__(kCanonicalWarps * kWarp, 1)
 twell_csr_sort_rows(const long long* __restrict__ indptr, const int* __restrict__ col_in,
-                    const T* __restrict__ val_in, long long n_rows, long long n_stored,
-                    long long max_row, int* scratch, int* __restrict__ col_out,
+                    const T* __restrict__ val_in, long long n_rows, long long n_cols,
+                    long long n_stored, long long max_row, int* scratch, int* __restrict__ col_out,
                     T* __restrict__ val_out, long long* __restrict__ row_kept,
                     unsigned long long* __restrict__ info) {
   const int lane = threadIdx.x % kWarp;
   const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x / kWarp);
   unsigned long long unsorted = 0, dropped = 0;  // lane 0's tallies
+  unsigned long long faults = 0;                  // every lane's
   for (long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
        row < n_rows; row += warps) {
     const long long start = indptr[row], end = indptr[row + 1], n = end - start;
+    if (start < 0 || end < start || end > n_stored || (row == 0 && start != 0)) {
+      faults += lane == 0;
+      continue;
+    }
     if (in_column_order(col_in, start, end, lane)) {
       for (long long j = start + lane; j < end; j += kWarp) {
-        col_out[j] = col_in[j];
+        const int c = col_in[j];
+        faults += c < 0 || c >= n_cols;
+        col_out[j] = c;
         val_out[j] = val_in[j];
       }
     } else if (n > max_row) {
@@ -133,6 +143,7 @@ twell_csr_sort_rows(const long long* __restrict__ indptr, const int* __restrict_
       const int len = static_cast<int>(n);
       for (int i0 = 0; i0 < len; i0 += kWarp) {
         const int c = i0 + lane < len ? col_in[start + i0 + lane] : 0;
+        faults += i0 + lane < len && (c < 0 || c >= n_cols);
         const int r = rank_in_chunk(c, lane, min(kWarp, len - i0));
         if (i0 + lane < len) scratch[start + i0 + r] = c;
       }
@@ -161,12 +172,12 @@ twell_csr_sort_rows(const long long* __restrict__ indptr, const int* __restrict_
     if (lane == 0) {
       row_kept[row] = kept;
       dropped += n - kept;
-      if (row == 0) dropped += start;                     // storage before the first row
-      if (row == n_rows - 1) dropped += n_stored - end;   // and after the last
+      if (row == n_rows - 1) dropped += n_stored - end;  // storage after the last row
     }
   }
   if (lane == 0 && unsorted > 0) atomicAdd(&info[0], unsorted);
   if (lane == 0 && dropped > 0) atomicAdd(&info[1], dropped);
+  if (faults > 0) atomicAdd(&info[2], faults);
 }
 
 // The rows sorted by twell_csr_sort_rows (none skipped), compacted to out_indptr.

@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from strategies import cases
+from strategies import cases, coo_cases, csr_cases
 
 import twell
 from twell import _io, _layout
@@ -230,6 +230,92 @@ def test_a_bad_shape_with_storage_arrays(backend, shape, message):
     _, parts = _base(backend)
     with pytest.raises(ValueError, match=message):
         twell.TwELLMatrix(tuple(parts), shape=shape, tile_width=4)
+
+
+# -- sparse input whose arrays were changed after construction -------------------------
+# scipy and cupyx check a matrix's arrays when it is built; code that writes into them
+# afterwards can leave a column past K, a row pointer out of order, ... twell checks them
+# again: on the GPU inside its row sort (canonical.cu counts the faults), on the host with
+# array passes. Once only a few entries were checked or none: a column past K was an
+# unnamed IndexError on the host and went to another row, or past its row's width, on the
+# GPU.
+
+
+def _break_csr(kind, x, data):
+    """Break one structural rule of CSR matrix ``x`` in place (NumPy or CuPy arrays); the
+    message the error must match."""
+    m, k = x.shape
+    nnz = int(x.indptr[-1])
+    if kind in ("column past K", "negative column"):
+        assume(nnz > 0)
+        j = data.draw(st.integers(0, nnz - 1), label="j")
+        v = (data.draw(st.integers(k, 2**31 - 1), label="col") if kind == "column past K"
+             else data.draw(st.integers(-2**31, -1), label="col"))
+        x.indices[j] = v
+        return rf"x\.indices must be in \[0, K={k}\) \(x\.shape\[1\]\); got x\.indices\[{j}\]={v}$"
+    if kind == "indptr[0] is not 0":
+        v = data.draw(st.sampled_from([-1, 1, nnz + 1]), label="start")
+        x.indptr[0] = v
+        return rf"x\.indptr\[0\] must be 0; got x\.indptr\[0\]={v}$"
+    if kind == "indptr decreases":
+        assume(m >= 2)
+        i = data.draw(st.integers(1, m - 1), label="i")
+        x.indptr[i] = int(x.indptr[i + 1]) + 1
+        assume(int(x.indptr[-1]) <= x.indices.size)
+        return r"x\.indptr must never decrease; got x\.indptr\[\d+\]=\d+ after"
+    if kind == "indptr[-1] past the entries":
+        assume(m > 0)  # else indptr[-1] is indptr[0], whose own rule is checked first
+        x.indptr[-1] = x.indices.size + data.draw(st.integers(1, 2**31 - 1 - x.indices.size),
+                                                  label="extra")
+        return rf"x\.indptr\[-1\] must be at most len\(x\.indices\) = {x.indices.size}"
+    raise AssertionError(kind)  # pragma: no cover - a typo in CSR_FAULTS
+
+
+CSR_FAULTS = ["column past K", "negative column", "indptr[0] is not 0", "indptr decreases",
+              "indptr[-1] past the entries"]
+
+
+@pytest.mark.parametrize("kind", CSR_FAULTS)
+@given(case=csr_cases(max_rows=40), data=st.data())
+def test_a_csr_input_broken_after_construction_is_a_value_error_naming_it(backend, kind, case,
+                                                                          data):
+    csr, t, s = case
+    x = backend.sparse(csr.copy())
+    message = _break_csr(kind, x, data)
+    with pytest.raises(ValueError, match=message):
+        twell.TwELLMatrix(x, tile_width=t, slots=s)
+    with pytest.raises(ValueError, match=message):
+        twell.ELLMatrix(x)
+
+
+@pytest.mark.parametrize("which", ["row", "col"])
+@given(case=coo_cases(), data=st.data())
+def test_a_coo_input_broken_after_construction_is_a_value_error_naming_it(backend, which, case,
+                                                                          data):
+    assume(case.vals.size > 0)
+    x = backend.sparse(sp.coo_array((case.vals, (case.rows, case.cols)), shape=case.shape))
+    limit = case.shape[0] if which == "row" else case.shape[1]
+    j = data.draw(st.integers(0, case.vals.size - 1), label="j")
+    v = data.draw(st.one_of(st.integers(-2**31, -1), st.integers(limit, 2**31 - 1)), label="v")
+    getattr(x, which)[j] = v
+    bound = "M" if which == "row" else "K"
+    with pytest.raises(ValueError, match=rf"x\.{which} must be in \[0, {bound}={limit}\) "
+                                         rf".*; got x\.{which}\[{j}\]={v}$"):
+        twell.TwELLMatrix(x, tile_width=case.tile_width)
+
+
+def test_a_bad_column_in_a_row_too_long_for_the_gpu_row_sort_is_named(gpu):
+    # Rows longer than CSR_SORT_MAX_ROW and out of order leave the GPU's row sort for the
+    # global sort, unchecked by the kernel: the launcher checks them on the host's terms.
+    from twell._cupy_backend import CSR_SORT_MAX_ROW
+
+    n = CSR_SORT_MAX_ROW + 100
+    k = 2 * n
+    cols = np.arange(n, dtype=np.int32)[::-1] * 2
+    x = gpu.sparse(sp.csr_array((np.full(n, 1.5), cols, [0, n]), shape=(1, k)))
+    x.indices[7] = k
+    with pytest.raises(ValueError, match=rf"got x\.indices\[7\]={k}$"):
+        twell.TwELLMatrix(x)
 
 
 # -- huge requested shapes ---------------------------------------------------------------

@@ -131,3 +131,49 @@ def validate_ell(data, indices, shape):
                 "indices: columns must be strictly increasing within a row")
     _expect((~used | ((indices >= 0) & (indices < k))).all(), f"indices must be in [0, K={k})")
     _expect((used | (indices == 0)).all(), "indices: a padding slot is not zero")
+
+
+def check_csr(indptr, indices, shape, names=("indptr", "indices")):
+    """Raise ValueError unless ``indptr`` is a row pointer over ``indices`` whose entries all
+    name a column in ``[0, K)``.
+
+    What scipy's ``check_format`` asks of a CSR matrix, asked again because its arrays can
+    be changed after construction (scipy and cupyx check them only there). ``names``: the
+    two arrays as the user knows them, for the message. Synchronises with the host on the
+    GPU; the GPU's own CSR path counts the same faults inside its sort kernel and calls this
+    only to name one.
+    """
+    pname, iname = names
+    m, k = shape
+    if indptr.shape != (m + 1,):
+        raise ValueError(f"{pname} must have M + 1 = {m + 1} elements (x.shape[0] = {m}); "
+                         f"got {pname}.shape={indptr.shape}")
+    first, last = (int(v) for v in indptr[[0, -1]].tolist())  # host sync on the GPU
+    if first != 0:
+        raise ValueError(f"{pname}[0] must be 0; got {pname}[0]={first}")
+    if last > indices.size:
+        raise ValueError(f"{pname}[-1] must be at most len({iname}) = {indices.size}; "
+                         f"got {pname}[-1]={last}")
+    if m > 0:
+        step = indptr[1:] >= indptr[:-1]
+        if not bool(step.all()):
+            xp = _backend.array_module(step)
+            i = int(xp.argmin(step)) + 1
+            raise ValueError(f"{pname} must never decrease; got {pname}[{i}]={int(indptr[i])} "
+                             f"after {pname}[{i - 1}]={int(indptr[i - 1])}")
+    cols = indices[:last]
+    _expect_all((cols >= 0) & (cols < k), f"{iname} must be in [0, K={k}) (x.shape[1])",
+                iname, cols)
+
+
+def check_coo(rows, cols, shape, names=("row", "col")):
+    """Raise ValueError unless every ``(rows, cols)`` pair lies within ``shape``.
+
+    Synchronises with the host once on the GPU when the pairs are good.
+    """
+    m, k = shape
+    rows_ok, cols_ok = (rows >= 0) & (rows < m), (cols >= 0) & (cols < k)
+    if bool((rows_ok & cols_ok).all()):  # host sync on the GPU
+        return
+    _expect_all(rows_ok, f"{names[0]} must be in [0, M={m}) (x.shape[0])", names[0], rows)
+    _expect_all(cols_ok, f"{names[1]} must be in [0, K={k}) (x.shape[1])", names[1], cols)

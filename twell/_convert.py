@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _algorithms, _backend
+from ._checks import check_coo
 from ._validation import check_dense, check_shape, check_storage, value_dtype
 
 
@@ -48,9 +49,16 @@ def dense(x, dtype=None, name="x"):
                  else xp.ascontiguousarray(x))
 
 
-def csr_from_coo(rows, cols, vals, shape, dtype=None):
-    """Any COO triplet (NumPy or CuPy) -> canonical :class:`CSR`."""
+def csr_from_coo(rows, cols, vals, shape, dtype=None, names=None):
+    """Any COO triplet (NumPy or CuPy) -> canonical :class:`CSR`.
+
+    ``names``: the user's names of ``rows`` and ``cols``, whose every pair is then checked
+    to lie within ``shape`` (:func:`twell._checks.check_coo`); ``None`` for twell's own
+    arrays, which need no check.
+    """
     xp = _backend.array_module(rows, cols, vals)
+    if names is not None:
+        check_coo(rows, cols, shape, names)
     vdtype = value_dtype(vals.dtype if dtype is None else dtype, "data.dtype")
     if vals.dtype != vdtype:
         vals = _backend.backend(xp).cast(vals, vdtype)
@@ -59,18 +67,21 @@ def csr_from_coo(rows, cols, vals, shape, dtype=None):
     return CSR(indptr, xp.asarray(indices), vals, shape)
 
 
-def csr_from_rows(indptr, indices, data, shape, dtype=None):
-    """A CSR triplet (NumPy or CuPy; rows in any column order, duplicates and explicit zeros
-    allowed) -> canonical :class:`CSR`.
+def csr_from_rows(indptr, indices, data, shape, dtype=None, names=("x.indptr", "x.indices")):
+    """A user's CSR triplet (NumPy or CuPy; rows in any column order, duplicates and explicit
+    zeros allowed) -> canonical :class:`CSR`.
 
     Sorted row by row on the GPU (``canonical.cu``), by the shared global sort on the host.
-    The result may share ``indptr`` with the input (when it is int64 and nothing is dropped).
+    The row pointer and the column indices are checked on the way (``names`` name them in
+    the error): scipy and cupyx check them only when a matrix is built, and its arrays may
+    have been changed since. The result may share ``indptr`` with the input (when it is
+    int64 and nothing is dropped).
     """
     xp = _backend.array_module(indptr, indices, data)
     vdtype = value_dtype(data.dtype if dtype is None else dtype, "data.dtype")
     if data.dtype != vdtype:
         data = _backend.backend(xp).cast(data, vdtype)
-    return CSR(*_backend.backend(xp).canonical_csr(indptr, indices, data, shape), shape)
+    return CSR(*_backend.backend(xp).canonical_csr(indptr, indices, data, shape, names), shape)
 
 
 def scipy_sparse(x, dtype=None, storage=None):
@@ -88,7 +99,7 @@ def scipy_sparse(x, dtype=None, storage=None):
                              np.asarray(x.data), shape, dtype)
     coo = x.tocoo()
     return csr_from_coo(np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data), shape,
-                        dtype)
+                        dtype, _coo_names(x))
 
 
 def cupyx_sparse(x, dtype=None, storage=None):
@@ -100,7 +111,12 @@ def cupyx_sparse(x, dtype=None, storage=None):
     if x.format == "csr":
         return csr_from_rows(x.indptr, x.indices, x.data, shape, dtype)
     coo = x.tocoo(copy=True)
-    return csr_from_coo(coo.row, coo.col, coo.data, shape, dtype)
+    return csr_from_coo(coo.row, coo.col, coo.data, shape, dtype, _coo_names(x))
+
+
+def _coo_names(x):
+    where = "x" if x.format == "coo" else "x.tocoo()"
+    return f"{where}.row", f"{where}.col"
 
 
 def coerce(x, dtype=None, storage=None):

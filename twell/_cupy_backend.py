@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _algorithms, _kernels, _layout
 from ._algorithms import Parts, exclusive_cumsum
+from ._checks import check_csr
 
 # Threads per block for the warp-per-item kernels (8 warps) and the thread-per-item ones.
 _BLOCK = 256
@@ -242,29 +243,38 @@ CSR_SORT_MAX_ROW = 2048
 _CANONICAL_BLOCKS = 4096
 
 
-def canonical_csr(indptr, indices, data, shape):
+def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
     """CSR with rows in any column order -> canonical CSR ``(indptr int64, indices int32,
     data)``: columns sorted, duplicates summed in input order, zeros dropped.
 
     A warp per row (canonical.cu) instead of the global sort of 64-bit keys: 0.11 / 1.2 ms
     against 0.9 / 2.6 ms on cupyx input of the paper's activations at 99% / 90% (float32,
     H200; benchmarks/NOTES.md, eighth session). Synchronises once with the host, to read the
-    number of dropped entries (the output size) and whether a row was too long to sort here.
-    Indices other than int32 take the global sort.
+    number of dropped entries (the output size), whether a row was too long to sort here,
+    and whether a row pointer or a column index was out of range: the kernel counts those
+    faults as it reads, and :func:`twell._checks.check_csr` then names one (``names``).
+    Indices other than int32 take the checks and the global sort.
     """
     m = shape[0]
-    if m == 0 or indices.dtype != np.int32:
+    if m == 0 or indices.dtype != np.int32 or indptr.shape != (m + 1,):
+        check_csr(indptr, indices, shape, names)
         return _algorithms.canonical_csr(indptr, indices, data, shape)
     indptr = cupy.ascontiguousarray(indptr, dtype=np.int64)
     indices, data = cupy.ascontiguousarray(indices), cupy.ascontiguousarray(data)
     scratch, col, val = cupy.empty_like(indices), cupy.empty_like(indices), cupy.empty_like(data)
     kept = cupy.empty(m, dtype=np.int64)
-    info = cupy.zeros(2, dtype=np.uint64)
+    info = cupy.zeros(3, dtype=np.uint64)
     grid = (min(_blocks(m, _WARPS)[0], _CANONICAL_BLOCKS),)
     kernel = _kernels.function("canonical.cu", _expr("twell_csr_sort_rows", data.dtype))
-    kernel(grid, (_BLOCK,), (indptr, indices, data, _i64(m), _i64(indices.size),
-                             _i64(CSR_SORT_MAX_ROW), scratch, col, val, kept, info))
-    unsorted, dropped = (int(v) for v in info.get())  # device-to-host sync
+    kernel(grid, (_BLOCK,), (indptr, indices, data, _i64(m), _i64(shape[1]),
+                             _i64(indices.size), _i64(CSR_SORT_MAX_ROW), scratch, col, val,
+                             kept, info))
+    unsorted, dropped, faults = (int(v) for v in info.get())  # device-to-host sync
+    if faults or unsorted:  # the long rows' columns are checked here too
+        check_csr(indptr, indices, shape, names)
+    if faults:
+        raise RuntimeError(f"twell_csr_sort_rows counted {faults} faults in a CSR input "
+                           "that check_csr accepts")  # a bug in one or the other
     if unsorted:
         return _algorithms.canonical_csr(indptr, indices, data, shape)
     if dropped == 0:

@@ -12,9 +12,8 @@ C-contiguous 2-D arrays of a supported value dtype; CSR inputs are canonical
 
 import numpy as np
 
-from . import _layout
-from ._algorithms import (  # noqa: F401 - canonical_csr, tile_counts_csr: this backend's API
-    canonical_csr,
+from . import _algorithms, _layout
+from ._algorithms import (  # noqa: F401 - tile_counts_csr: this backend's API
     coo_to_csr,
     expand_indptr,
     is_nonzero,
@@ -22,7 +21,20 @@ from ._algorithms import (  # noqa: F401 - canonical_csr, tile_counts_csr: this 
     tile_counts_csr,
     to_coo,
 )
+from ._checks import check_csr
 from ._validation import accumulator_dtype, bfloat16
+
+
+def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
+    """CSR with rows in any column order -> canonical CSR ``(indptr int64, indices int32,
+    data)``: columns sorted, duplicates summed in input order, zeros dropped.
+
+    The one function here that takes a user's arrays as they are: ``indptr`` and
+    ``indices`` are checked first (:func:`twell._checks.check_csr`; ``names`` name them in
+    the message), then sorted by the shared global sort.
+    """
+    check_csr(indptr, indices, shape, names)
+    return _algorithms.canonical_csr(indptr, indices, data, shape)
 
 
 def cast(values, dtype):

@@ -12,7 +12,7 @@ source with one helper replaced in the text before NVRTC compiles it:
   32-bit keys (plus one to reach 32) instead of the generic binary search.
 
 Every variant must give the shipped kernel's outputs bit for bit (sorted columns and values,
-row counts, the two counters): they change how a rank is counted, not its value. Timed with
+row counts, the three counters): they change how a rank is counted, not its value. Timed with
 CUDA events on the same cupyx input, float32, 99 / 95 / 90%. Run from the repository root on
 an H100/H200:
 
@@ -100,10 +100,10 @@ def run(k, x):
     scratch, col, val = (cupy.empty_like(x.indices), cupy.empty_like(x.indices),
                          cupy.empty_like(x.data))
     kept = cupy.empty(m, dtype=np.int64)
-    info = cupy.zeros(2, dtype=np.uint64)
+    info = cupy.zeros(3, dtype=np.uint64)
     grid = (min(-(-m // _cupy_backend._WARPS), _cupy_backend._CANONICAL_BLOCKS),)
     k(grid, (_cupy_backend._BLOCK,), (indptr, x.indices, x.data, np.int64(m),
-                                      np.int64(x.indices.size),
+                                      np.int64(x.shape[1]), np.int64(x.indices.size),
                                       np.int64(_cupy_backend.CSR_SORT_MAX_ROW), scratch, col,
                                       val, kept, info))
     return col, val, kept, info
