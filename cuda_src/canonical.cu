@@ -17,8 +17,9 @@
 // (column, position) order, counted by shuffles within its chunk of 32 entries and by a
 // binary search in each other chunk, sorted first into `scratch` (L / 32 chunks x 5 steps
 // per entry; max_row bounds a warp's work, and the launcher falls back to the global sort
-// when info[0] > 0). The first version compared every pair (L^2 / 32 steps per warp): 1.58
-// ms at 90% sparsity on the paper's activations (L = 563), H200.
+// when info[0] > 0). On the paper's activations at 90% sparsity (L = 563, H200): 1.58 ms
+// when every pair was compared (L^2 / 32 steps per warp), 1.13 ms with the searches, 0.79
+// ms with full chunks ranked and searched in unrolled fixed steps (benchmarks/NOTES.md).
 // Duplicates are summed in their input order in the accumulation type (Value<T>::Acc), like
 // the host's level-by-level sum; a value with no duplicate is copied bit for bit. No atomics
 // touch the output: the result is deterministic. Grid: whole warps, a grid-stride loop over
@@ -43,9 +44,19 @@ __device__ inline bool in_column_order(const int* __restrict__ a, long long star
 }
 
 // Rank of this lane's column c among the first `width` lanes' columns (every lane calls it),
-// ties broken by lane: its position once the chunk is sorted stably.
+// ties broken by lane: its position once the chunk is sorted stably. A full chunk (every
+// chunk of a row but its last) takes the unrolled loop: the loop over a run-time width was
+// most of the kernel's instructions (ncu, eighth session).
 __device__ __forceinline__ int rank_in_chunk(int c, int lane, int width) {
   int r = 0;
+  if (width == kWarp) {
+#pragma unroll
+    for (int t = 0; t < kWarp; ++t) {
+      const int other = __shfl_sync(kFullMask, c, t);
+      r += (other < c) | ((other == c) & (t < lane));
+    }
+    return r;
+  }
   for (int t = 0; t < width; ++t) {
     const int other = __shfl_sync(kFullMask, c, t);
     r += (other < c) | ((other == c) & (t < lane));
@@ -53,13 +64,27 @@ __device__ __forceinline__ int rank_in_chunk(int c, int lane, int width) {
   return r;
 }
 
-// Entries of sorted a[0 .. n) below key. Not __restrict__: the sort kernel reads here what its
-// warp has just written (no read-only cache path).
-__device__ __forceinline__ int count_below(const int* a, int n, long long key) {
+// Entries of the sorted chunk a[0 .. n) that come before column c: those <= c when the chunk
+// precedes c's own (`earlier`: ties go to the earlier position), else those < c. A full chunk
+// takes five fixed halving steps and one more for its last entry, branch-free and in 32-bit
+// arithmetic; a short one a binary search. Not __restrict__: the sort kernel reads here what
+// its warp has just written (no read-only cache path).
+__device__ __forceinline__ int count_before(const int* a, int n, int c, bool earlier) {
+  if (n == kWarp) {
+    int p = 0;
+#pragma unroll
+    for (int step = kWarp / 2; step > 0; step >>= 1) {
+      const int v = a[p + step - 1];
+      p += (v < c || (earlier && v == c)) ? step : 0;
+    }
+    const int v = a[p];
+    return p + ((v < c || (earlier && v == c)) ? 1 : 0);
+  }
   int lo = 0, hi = n;
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
-    if (a[mid] < key) lo = mid + 1; else hi = mid;
+    const int v = a[mid];
+    if (v < c || (earlier && v == c)) lo = mid + 1; else hi = mid;
   }
   return lo;
 }
@@ -157,8 +182,7 @@ twell_csr_sort_rows(const long long* __restrict__ indptr, const int* __restrict_
         if (i0 + lane < len) {
           for (int b0 = 0; b0 < len; b0 += kWarp) {
             if (b0 == i0) continue;
-            pos += count_below(scratch + start + b0, min(kWarp, len - b0),
-                               b0 < i0 ? static_cast<long long>(c) + 1 : c);
+            pos += count_before(scratch + start + b0, min(kWarp, len - b0), c, b0 < i0);
           }
           col_out[start + pos] = c;
           val_out[start + pos] = val_in[start + i0 + lane];
