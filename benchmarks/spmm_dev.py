@@ -57,7 +57,7 @@ for s in [float(v) for v in args.sparsities.split(",")]:
 
     def rows_kernel():
         y = cupy.empty((args.m, args.n), dtype=bf16)
-        kern = _kernels.function("spmm.cu", "twell_spmm_rows<__nv_bfloat16, 8>")
+        kern = _kernels.function("spmm.cu", "twell_spmm_rows<__nv_bfloat16, 8, 32, 4, 1>")
         kern((args.m, -(-args.n // 1024)), (32,),  # a warp per block, 4 x 256 columns
              (*common, down, np.int64(args.n), yes, y))
         return y

@@ -7,24 +7,37 @@
 
 using namespace twell;
 
-// SpMM, the gather kernel. One warp per (row, kChunks * 32 * VEC output columns): in chunk c
-// lane l owns the VEC columns n0 + c * 32 * VEC, n0 = (blockIdx.y * kChunks * 32 + l) * VEC
-// (so the warp's load of one chunk is 32 * VEC contiguous values of a B row). The warp finds
-// the row's non-empty tiles 32 at a time (one coalesced read of the counts and a ballot, so a
-// wide matrix with few entries per row does not pay a serial read per tile), reads their slots
-// 32 at a time, one per lane, and broadcasts each entry with shuffles (one for 16-bit values:
-// value and column travel in one word). Per entry a lane issues up to kChunks independent
-// 16-byte loads (one value when VEC == 1) of the B row before its FMAs, so a warp keeps
-// kChunks loads in flight while it reads the slots once per kChunks * 32 * VEC columns.
-// kChunks = 4 (1024 bf16 columns per warp) measured 1.5x faster than one 256-column chunk with
-// 4 entries in flight, at 99% on the paper's down projection (H200, benchmarks/NOTES.md).
-// Launch: one warp per block, at most kRowsMaxRegisters registers per thread (__maxnreg__,
-// CUDA >= 12.4; older compilers choose freely): 25 warps per SM where 89 registers and
-// 256-thread blocks gave 16. Measured 1.21x faster at 99% (0.511 against 0.620 ms, H200,
-// benchmarks/NOTES.md), bf16 spilling a few bytes; the reference T2D, at 62 registers and 32
-// warps per SM, reached 0.421 ms in the same run.
+// SpMM, the gather kernel. One warp per (row, block of output columns): the warp walks the
+// row's entries and, for each, reads the B row it names and adds value * B row into its
+// accumulators.
+//   Entries: the warp reads the counts of 32 tiles at once (one coalesced read), and their
+//   slots 32 entries at a time, one per lane, whatever tile each comes from (a prefix sum of
+//   the counts and a five-step search by shuffles give a lane its tile): a row with one or
+//   two entries per tile, as wide scientific matrices have, fills the warp as a row with
+//   many does. Then the row's overflow entries, 32 at a time. Entries are broadcast from
+//   their lane by shuffles (value in Acc, global column).
+//   Columns: G lanes share one entry, lane g of them owning VEC consecutive columns per chunk
+//   (16-byte loads of the B row) in C chunks of G * VEC columns; the warp's P = 32 / G lane
+//   groups take different entries. Per step a lane issues E * C independent loads: E entries
+//   (one per accumulator set) times C chunks, so that a narrow B (N of 64 float32 values is
+//   one 256-byte row) still keeps several loads in flight per lane. The launcher picks
+//   (G, C, E) from N (_cupy_backend._rows_shape); C * E = kChunks.
+//   Order: with P * E = W accumulator sets per column, entry e of each batch of 32 goes to
+//   set e % W; the sets are summed at the end in a fixed order (E in order, then a
+//   butterfly over the P groups), so results are deterministic and do not depend on VEC:
+//   the launcher picks (G, C, E) from N alone, and a VEC = 1 instance sums like the
+//   vector one. W = 1 (G = 32, E = 1, as for N > 64 16-byte vectors) is the plain order:
+//   tiles, then slots, then the row's overflow entries.
+// History (benchmarks/NOTES.md): kChunks = 4 chunks of one entry measured 1.5x faster than one
+// 256-column chunk with 4 entries in flight, at 99% on the paper's down projection (H200); one
+// warp per block at most kRowsMaxRegisters registers per thread (__maxnreg__, CUDA >= 12.4;
+// older compilers choose freely) 1.21x faster than 256-thread blocks (0.511 against 0.620 ms);
+// the reference T2D, at 62 registers and 32 warps per SM, reached 0.421 ms in the same run.
+// Until the ninth GPU session the warp took one tile's slots at a time and one entry per step
+// for every N: 5.5 ms on a power-law graph with N = 64 (float32), a row of ~8500 entries
+// taking one load latency each.
 // `gate` points to true unless another kernel (tensor cores, cuBLAS) computes the product.
-// Grid: (M, ceil(N / (kChunks * 32 * VEC))), blocks of kWarp threads.
+// Grid: (M, ceil(N / (C * G * VEC))), blocks of kWarp threads.
 constexpr int kChunks = 4;
 constexpr int kRowsMaxRegisters = 80;
 #if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
@@ -33,73 +46,59 @@ constexpr int kRowsMaxRegisters = 80;
 #define TWELL_ROWS_MAXNREG
 #endif
 
-// An entry held by one lane, broadcast to the warp by shuffles: the value (as Acc) and its
-// column (in the tile for slots, global for overflow entries: < 2^31 either way).
-template <typename T> struct Shuffled {
+// An entry held by one lane, broadcast by shuffles: its value (as Acc) and its column in A.
+template <typename T> struct Entry {
   using Acc = typename Value<T>::Acc;
   Acc value = Acc(0);
   int column = 0;
-  Shuffled() = default;
-  __device__ Shuffled(T v, int c) : value(Value<T>::to_acc(v)), column(c) {}
-  __device__ void broadcast(int e, Acc& v, int& c) const {
-    v = __shfl_sync(kFullMask, value, e);
-    c = __shfl_sync(kFullMask, column, e);
+  Entry() = default;
+  __device__ Entry(T v, long long c) : value(Value<T>::to_acc(v)), column(static_cast<int>(c)) {}
+  // Every lane calls it, each with its own source lane.
+  __device__ void broadcast(int src, Acc& v, int& c) const {
+    v = __shfl_sync(kFullMask, value, src);
+    c = __shfl_sync(kFullMask, column, src);
   }
 };
 
-// A 16-bit slot in one word and one shuffle: value bits << 16 | column in the tile (tile
-// columns are unsigned short).
-template <typename T> struct Packed16 {
-  unsigned word = 0;
-  Packed16() = default;
-  __device__ Packed16(T v, int c)
-      : word(static_cast<unsigned>(*reinterpret_cast<const unsigned short*>(&v)) << 16 |
-             static_cast<unsigned>(c)) {}
-  __device__ void broadcast(int e, float& v, int& c) const {
-    const unsigned w = __shfl_sync(kFullMask, word, e);
-    const unsigned short bits = static_cast<unsigned short>(w >> 16);
-    v = Value<T>::to_acc(*reinterpret_cast<const T*>(&bits));
-    c = static_cast<int>(w & 0xffffu);
-  }
-};
-
-template <typename T> struct SlotWord : Shuffled<T> {
-  using Shuffled<T>::Shuffled;
-};
-template <> struct SlotWord<__half> : Packed16<__half> {
-  using Packed16<__half>::Packed16;
-};
-template <> struct SlotWord<__nv_bfloat16> : Packed16<__nv_bfloat16> {
-  using Packed16<__nv_bfloat16>::Packed16;
-};
-
-// acc += the `len` entries held one per lane by `word` (every lane calls it: it shuffles),
-// whose B rows are col0 + their columns.
-template <typename T, int VEC, typename Word>
-__device__ __forceinline__ void gather_rows(int len, const Word& word, long long col0,
-                                            const T* __restrict__ b, long long n, long long n0,
-                                            typename Value<T>::Acc (&acc)[kChunks][VEC]) {
-  constexpr int kSpan = kWarp * VEC;
-  for (int e = 0; e < len; ++e) {
-    typename Value<T>::Acc v;
-    int c;
-    word.broadcast(e, v, c);
-    const T* src = b + (col0 + c) * n;
-    T bv[kChunks][VEC];
+// acc[k] += the entries e < len held one per lane by `entry` with e % W == k * P + group
+// (every lane calls it: it shuffles), n0: this lane's first column.
+template <typename T, int VEC, int G, int C, int E>
+__device__ __forceinline__ void gather_batch(int len, const Entry<T>& entry,
+                                             const T* __restrict__ b, long long n, long long n0,
+                                             int group,
+                                             typename Value<T>::Acc (&acc)[E][C][VEC]) {
+  constexpr int P = kWarp / G, W = P * E, kSpan = G * VEC;
+  for (int e0 = 0; e0 < len; e0 += W) {  // e0 + W <= 32: W divides 32
+    typename Value<T>::Acc v[E];
+    int c[E];
 #pragma unroll
-    for (int k = 0; k < kChunks; ++k) load_vec<T, VEC>(src, n0 + k * kSpan, n, bv[k]);
+    for (int k = 0; k < E; ++k) entry.broadcast(e0 + k * P + group, v[k], c[k]);
+    T bv[E][C][VEC];
 #pragma unroll
-    for (int k = 0; k < kChunks; ++k) {
-      // Columns past n are skipped, not multiplied by zero padding: 0 * Inf would be NaN.
-      if (n0 + k * kSpan < n) {
+    for (int k = 0; k < E; ++k) {
+      const long long limit = e0 + k * P + group < len ? n : 0;  // 0: nothing read
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) acc[k][i] += v * Value<T>::to_acc(bv[k][i]);
+      for (int cc = 0; cc < C; ++cc)
+        load_vec<T, VEC>(b + static_cast<long long>(c[k]) * n, n0 + cc * kSpan, limit,
+                         bv[k][cc]);
+    }
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      if (e0 + k * P + group < len) {
+#pragma unroll
+        for (int cc = 0; cc < C; ++cc) {
+          // Columns past n are skipped, not multiplied by zero padding: 0 * Inf would be NaN.
+          if (n0 + cc * kSpan < n) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) acc[k][cc][i] += v[k] * Value<T>::to_acc(bv[k][cc][i]);
+          }
+        }
       }
     }
   }
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, int G, int C, int E>
 __global__ void TWELL_ROWS_MAXNREG
 twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
                 const unsigned short* __restrict__ indices,
@@ -109,54 +108,78 @@ twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
                 const T* __restrict__ b, long long n, const bool* __restrict__ gate,
                 T* __restrict__ out) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
+  static_assert(G == 8 || G == 16 || G == 32, "G lanes per entry: 8, 16 or 32");
+  static_assert(C * E == kChunks, "C chunks of E entries: kChunks loads per step");
   using Acc = typename Value<T>::Acc;
-  constexpr int kSpan = kWarp * VEC;
+  constexpr int kSpan = G * VEC;
   if (!*gate) return;  // another kernel computes this product
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
+  const int lane = threadIdx.x % kWarp, group = lane / G;
   if (row >= n_rows) return;
-  const long long n0 = (static_cast<long long>(blockIdx.y) * kChunks * kWarp + lane) * VEC;
-  Acc acc[kChunks][VEC];
+  const long long n0 = (static_cast<long long>(blockIdx.y) * C * G + lane % G) * VEC;
+  Acc acc[E][C][VEC];
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
+  for (int k = 0; k < E; ++k) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) acc[k][i] = Acc(0);
+    for (int cc = 0; cc < C; ++cc) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[k][cc][i] = Acc(0);
+    }
   }
 
   const int* row_counts = counts + row * tiles;
   for (long long t0 = 0; t0 < tiles; t0 += kWarp) {
     const int my_count = t0 + lane < tiles ? row_counts[t0 + lane] : 0;
-    unsigned nonempty = __ballot_sync(kFullMask, my_count > 0);
-    while (nonempty) {  // the non-empty tiles in order: the sums keep their order
-      const int l = __ffs(nonempty) - 1;
-      nonempty &= nonempty - 1;
-      const long long tile = t0 + l;
-      const int used = __shfl_sync(kFullMask, my_count, l);
-      const long long pair = row * tiles + tile;
-      for (int s0 = 0; s0 < used; s0 += kWarp) {
-        const int s = s0 + lane;
-        SlotWord<T> word;
-        if (s < used) word = SlotWord<T>(data[pair * slots + s], indices[pair * slots + s]);
-        gather_rows<T, VEC>(min(kWarp, used - s0), word, tile * tile_width, b, n, n0, acc);
+    const int inclusive = warp_inclusive_scan(my_count, lane);
+    const int total = __shfl_sync(kFullMask, inclusive, kWarp - 1);  // <= 32 * slots
+    for (int j0 = 0; j0 < total; j0 += kWarp) {
+      const int j = j0 + lane;
+      // Entry j of the 32 tiles is in tile t0 + l: l tiles end at or before it.
+      int l = 0;
+#pragma unroll
+      for (int step = kWarp / 2; step > 0; step >>= 1)
+        l += __shfl_sync(kFullMask, inclusive, l + step - 1) <= j ? step : 0;
+      const int first = __shfl_sync(kFullMask, inclusive - my_count, l);
+      Entry<T> entry;
+      if (j < total) {
+        const long long tile = t0 + l, s = (row * tiles + tile) * slots + (j - first);
+        entry = Entry<T>(data[s], tile * tile_width + indices[s]);
       }
+      gather_batch<T, VEC, G, C, E>(min(kWarp, total - j0), entry, b, n, n0, group, acc);
     }
   }
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
   for (long long j0 = o_start; j0 < o_end; j0 += kWarp) {
     const long long j = j0 + lane;
-    Shuffled<T> word;
-    if (j < o_end) word = Shuffled<T>(overflow_data[j], overflow_indices[j]);
-    gather_rows<T, VEC>(static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0)), word,
-                        0, b, n, n0, acc);
+    Entry<T> entry;
+    if (j < o_end) entry = Entry<T>(overflow_data[j], overflow_indices[j]);
+    gather_batch<T, VEC, G, C, E>(static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0)),
+                                  entry, b, n, n0, group, acc);
   }
+  // The W accumulator sets of each column, in a fixed order: E in order, then the groups by
+  // a butterfly (every lane ends with the same sum: a + b == b + a).
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    const long long j = n0 + k * kSpan;
+  for (int cc = 0; cc < C; ++cc) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      Acc sum = acc[0][cc][i];
+#pragma unroll
+      for (int k = 1; k < E; ++k) sum += acc[k][cc][i];
+#pragma unroll
+      for (int offset = G; offset < kWarp; offset <<= 1)
+        sum += __shfl_xor_sync(kFullMask, sum, offset);
+      acc[0][cc][i] = sum;
+    }
+  }
+  if (group != 0) return;
+#pragma unroll
+  for (int cc = 0; cc < C; ++cc) {
+    const long long j = n0 + cc * kSpan;
     if (j < n) {
       T res[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) res[i] = Value<T>::from_acc(acc[k][i]);
+      for (int i = 0; i < VEC; ++i) res[i] = Value<T>::from_acc(acc[0][cc][i]);
       store_vec<T, VEC>(out + row * n, j, res);
     }
   }

@@ -148,13 +148,16 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
     (40, 2048, 136, 320, 5, 0.05),    # wide tiles; overflow in most tiles
     (600, 300, 8, 16, 2, 0.5),        # narrow tiles
     (64, 700, 40, 16, 3, 0.02),       # 44 tiles a row: the non-empty ones found 32 at a time
+    (50, 4000, 300, 32, 2, 0.3),      # 125 tiles of ~10 entries, 2 slots: a batch of 32
+                                      # entries spans tiles; heavy overflow
+    (300, 5000, 600, 64, 4, 0.005),   # ~1 entry per non-empty tile; N = 600: 4 column chunks
 ])
 def test_every_spmm_kernel_matches_the_float64_product(rng, dtype, m, k, n, tile_width,
                                                        slots, density):
     # Every way of the SpMM (the default, the gather kernel twell_spmm_rows, the tensor-core
     # kernel where it applies, and A.toarray() @ B by cuBLAS), within rounding of the float64
-    # product, on edge shapes of the kernels' blockings (twell_spmm_rows: 1024 16-bit columns
-    # per warp in 4 chunks, so N = 8..136 leaves chunks and lanes idle).
+    # product, on edge shapes of the kernels' blockings (twell_spmm_rows: a shape (G, C, E)
+    # per N, _cupy_backend._rows_shape; these N take every one for 16-bit values and float32).
     x = _activations(rng, m, k, density, dtype)
     a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
     assert a.slots == slots

@@ -175,6 +175,27 @@ def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [8, 24, 48, 96, 200, 400, 1024])
+def test_the_gather_spmm_sums_in_one_order_whatever_the_alignment_of_b(gpu, rng, dtype, n):
+    # twell_spmm_rows spreads a row's entries over several accumulator sets when B is narrow
+    # (_cupy_backend._rows_shape; these N take every shape for every dtype). The shape comes
+    # from N alone, so B one element past a 16-byte boundary (the VEC = 1 instance) must give
+    # the bits of an aligned B (16-byte vectors), with overflow (rows 0 and 1, slots=3) too.
+    from twell import _cupy_backend
+
+    x = _activations(rng, dtype)
+    a = twell.TwELLMatrix(gpu.asarray(x), slots=3)
+    b = gpu.asarray(cast(rng.standard_normal((K, n)), dtype))
+    dtype = np.dtype(dtype)
+    got = {}
+    for name, rhs in (("aligned", b), ("misaligned", _misaligned(gpu.xp, b))):
+        gpu.poison()
+        got[name] = _bits(gpu, {"A @ B": _cupy_backend.spmm(a._parts, a.shape, a.tile_width,
+                                                              rhs, dtype, variant="rows")})
+    _assert_same_bits(got["misaligned"], got["aligned"], f"N={n}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_every_pack_launch_configuration_gives_the_same_bits(gpu, monkeypatch, rng, dtype):
     # The dense pack kernel takes 1, 2 or 4 (row, tile) pairs per warp (PACK_PAIRS): the
     # warps differ, the packed bits must not.

@@ -28,9 +28,6 @@ _REDUCE_BLOCKS = 1024
 #: CUDA's limit on gridDim.y (gridDim.x allows 2**31 - 1 blocks).
 _MAX_GRID_Y = 65535
 
-#: Column chunks per warp of twell_spmm_rows (kChunks in spmm.cu).
-_ROWS_CHUNKS = 4
-
 
 def _blocks(items, per_block):
     return (int(-(-items // per_block)),)
@@ -538,12 +535,31 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
                 run_rows = _nonfinite(b)
                 _spmm_mma(parts, shape, tile_width, b, ~run_rows, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
-    kernel = _kernels.function("spmm.cu", _expr("twell_spmm_rows", out_dtype, vec))
-    # One warp per (row, _ROWS_CHUNKS * 32 * vec output columns), one warp per block (the
-    # kernel's __launch_bounds__).
-    grid = (m, int(-(-n // (_ROWS_CHUNKS * 32 * vec))))
+    g, c, e = _rows_shape(n, out_dtype)
+    kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_rows", out_dtype, vec, g, c, e))
+    # One warp per (row, c * g * vec output columns), one warp per block (__maxnreg__).
+    grid = (m, int(-(-n // (c * g * vec))))
     kernel(grid, (32,), (*common, b, _i64(n), run_rows, out))
     return out
+
+
+def _rows_shape(n, dtype):
+    """(G, C, E) of ``twell_spmm_rows`` for ``n`` output columns (_kernels.SPMM_ROWS_SHAPES).
+
+    From N and the dtype's vector width alone, never from whether B is aligned: the shape
+    fixes the order of the sums, and a B that needs the VEC = 1 instance must give the
+    same bits. A row of B as wide as 4 warp-wide 16-byte loads takes one entry per step (the
+    plain order); narrower ones spread the 4 loads a lane keeps in flight over entries
+    instead: a power-law graph with N = 64 float32 was bound by one load latency per entry.
+    """
+    lanes = -(-n // _kernels.vector_width(dtype))  # 16-byte vectors in a row of B
+    if lanes > 64:
+        return 32, 4, 1
+    if lanes > 32:
+        return 32, 2, 2
+    if lanes > 16:
+        return 32, 1, 4
+    return (16, 1, 4) if lanes > 8 else (8, 1, 4)
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):
