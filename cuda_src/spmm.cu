@@ -7,37 +7,37 @@
 
 using namespace twell;
 
-// SpMM, the gather kernel. One warp per (row, block of output columns): the warp walks the
-// row's entries and, for each, reads the B row it names and adds value * B row into its
-// accumulators.
-//   Entries: the warp reads the counts of 32 tiles at once (one coalesced read), and their
-//   slots 32 entries at a time, one per lane, whatever tile each comes from (a prefix sum of
-//   the counts and a five-step search by shuffles give a lane its tile): a row with one or
-//   two entries per tile, as wide scientific matrices have, fills the warp as a row with
-//   many does. Then the row's overflow entries, 32 at a time. Entries are broadcast from
-//   their lane by shuffles (value in Acc, global column).
-//   Columns: G lanes share one entry, lane g of them owning VEC consecutive columns per chunk
-//   (16-byte loads of the B row) in C chunks of G * VEC columns; the warp's P = 32 / G lane
-//   groups take different entries. Per step a lane issues E * C independent loads: E entries
-//   (one per accumulator set) times C chunks, so that a narrow B (N of 64 float32 values is
-//   one 256-byte row) still keeps several loads in flight per lane. The launcher picks
-//   (G, C, E) from N (_cupy_backend._rows_shape); C * E = kChunks.
-//   Order: with P * E = W accumulator sets per column, entry e of each batch of 32 goes to
-//   set e % W; the sets are summed at the end in a fixed order (E in order, then a
-//   butterfly over the P groups), so results are deterministic and do not depend on VEC:
-//   the launcher picks (G, C, E) from N alone, and a VEC = 1 instance sums like the
-//   vector one. W = 1 (G = 32, E = 1, as for N > 64 16-byte vectors) is the plain order:
-//   tiles, then slots, then the row's overflow entries.
+// SpMM, the gather kernel. A team of G lanes per (row, block of output columns), 32 / G = P
+// teams (rows) per warp: the team walks its row's entries and, for each, reads the B row it
+// names and adds value * B row into its accumulators.
+//   Entries: the team reads the counts of G tiles at once (one coalesced read) and their
+//   slots G entries at a time, one per lane, whatever tile each comes from (a prefix sum of
+//   the counts and a search by shuffles give a lane its tile): a row with one or two entries
+//   per tile, as wide scientific matrices have, fills the team as a row with many does. Then
+//   the row's overflow entries, G at a time. Entries are broadcast from their lane by
+//   shuffles within the team (value in Acc, global column).
+//   Columns: lane g of the team owns VEC consecutive columns per chunk (16-byte loads of the
+//   B row) in C chunks of G * VEC columns. Per step a lane issues E * C independent loads: E
+//   consecutive entries (one per accumulator set) times C chunks. A wide B takes G = 32 and
+//   C = 4 (one entry per step); a narrow one (N of 64 float32 values is one 256-byte row)
+//   takes fewer lanes per row, more rows per warp and more entries per step, so that short
+//   rows are not read one dependent load after another by a whole warp each. The launcher
+//   picks (G, C, E) from N (_cupy_backend._rows_shape); C * E = kChunks.
+//   Order: entry e of each batch of G goes to accumulator set e % E, and the sets are summed
+//   in order at the end: results are deterministic and do not depend on VEC (the shape comes
+//   from N alone, and a VEC = 1 instance sums like the vector one). E = 1 (G = 32, C = 4, as
+//   for N > 64 16-byte vectors) is the plain order: tiles, then slots, then the overflow.
+//   Long overflows are split (split_row, below).
 // History (benchmarks/NOTES.md): kChunks = 4 chunks of one entry measured 1.5x faster than one
 // 256-column chunk with 4 entries in flight, at 99% on the paper's down projection (H200); one
 // warp per block at most kRowsMaxRegisters registers per thread (__maxnreg__, CUDA >= 12.4;
 // older compilers choose freely) 1.21x faster than 256-thread blocks (0.511 against 0.620 ms);
 // the reference T2D, at 62 registers and 32 warps per SM, reached 0.421 ms in the same run.
-// Until the ninth GPU session the warp took one tile's slots at a time and one entry per step
-// for every N: 5.5 ms on a power-law graph with N = 64 (float32), a row of ~8500 entries
-// taking one load latency each.
+// Until the ninth GPU session a warp took one row, one tile's slots at a time and one entry
+// per step for every N: 5.5 ms on a power-law graph with N = 64 (float32), a row of ~8500
+// entries taking one load latency each.
 // `gate` points to true unless another kernel (tensor cores, cuBLAS) computes the product.
-// Grid: (M, ceil(N / (C * G * VEC))), blocks of kWarp threads.
+// Grid: (ceil(M / P), ceil(N / (C * G * VEC))), blocks of kWarp threads.
 constexpr int kChunks = 4;
 constexpr int kRowsMaxRegisters = 80;
 #if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
@@ -46,37 +46,57 @@ constexpr int kRowsMaxRegisters = 80;
 #define TWELL_ROWS_MAXNREG
 #endif
 
-// An entry held by one lane, broadcast by shuffles: its value (as Acc) and its column in A.
+// The lanes of a team of G: team t is lanes t * G .. t * G + G - 1. Shuffles within a team
+// name its lanes alone (and width G), so teams on rows of different lengths never wait for
+// each other.
+template <int G> struct Team {
+  int lane;       // within the team
+  int index;      // of the team in its warp
+  unsigned mask;  // the team's lanes
+  __device__ explicit Team(int warp_lane)
+      : lane(warp_lane % G), index(warp_lane / G),
+        mask(G == kWarp ? kFullMask : ((1u << G) - 1u) << (warp_lane / G * G)) {}
+  template <typename V> __device__ V shfl(V v, int src) const {
+    return __shfl_sync(mask, v, src, G);
+  }
+  __device__ int inclusive_scan(int x) const {
+#pragma unroll
+    for (int offset = 1; offset < G; offset <<= 1) {
+      const int y = __shfl_up_sync(mask, x, offset, G);
+      if (lane >= offset) x += y;
+    }
+    return x;
+  }
+};
+
+// An entry held by one lane, broadcast within its team: its value (as Acc) and column in A.
 template <typename T> struct Entry {
   using Acc = typename Value<T>::Acc;
   Acc value = Acc(0);
   int column = 0;
   Entry() = default;
   __device__ Entry(T v, long long c) : value(Value<T>::to_acc(v)), column(static_cast<int>(c)) {}
-  // Every lane calls it, each with its own source lane.
-  __device__ void broadcast(int src, Acc& v, int& c) const {
-    v = __shfl_sync(kFullMask, value, src);
-    c = __shfl_sync(kFullMask, column, src);
-  }
 };
 
-// acc[k] += the entries e < len held one per lane by `entry` with e % W == k * P + group
-// (every lane calls it: it shuffles), n0: this lane's first column.
+// acc[e % E] += the entries e < len held one per team lane by `entry` (every lane of the team
+// calls it: it shuffles); n0: this lane's first column.
 template <typename T, int VEC, int G, int C, int E>
-__device__ __forceinline__ void gather_batch(int len, const Entry<T>& entry,
+__device__ __forceinline__ void gather_batch(const Team<G>& team, int len, const Entry<T>& entry,
                                              const T* __restrict__ b, long long n, long long n0,
-                                             int group,
                                              typename Value<T>::Acc (&acc)[E][C][VEC]) {
-  constexpr int P = kWarp / G, W = P * E, kSpan = G * VEC;
-  for (int e0 = 0; e0 < len; e0 += W) {  // e0 + W <= 32: W divides 32
+  constexpr int kSpan = G * VEC;
+  for (int e0 = 0; e0 < len; e0 += E) {  // e0 + E <= G: E divides G
     typename Value<T>::Acc v[E];
     int c[E];
 #pragma unroll
-    for (int k = 0; k < E; ++k) entry.broadcast(e0 + k * P + group, v[k], c[k]);
+    for (int k = 0; k < E; ++k) {
+      v[k] = team.shfl(entry.value, e0 + k);
+      c[k] = team.shfl(entry.column, e0 + k);
+    }
     T bv[E][C][VEC];
 #pragma unroll
     for (int k = 0; k < E; ++k) {
-      const long long limit = e0 + k * P + group < len ? n : 0;  // 0: nothing read
+      const long long limit = e0 + k < len ? n : 0;  // 0: nothing read
 #pragma unroll
       for (int cc = 0; cc < C; ++cc)
         load_vec<T, VEC>(b + static_cast<long long>(c[k]) * n, n0 + cc * kSpan, limit,
@@ -84,7 +104,7 @@ __device__ __forceinline__ void gather_batch(int len, const Entry<T>& entry,
     }
 #pragma unroll
     for (int k = 0; k < E; ++k) {
-      if (e0 + k * P + group < len) {
+      if (e0 + k < len) {
 #pragma unroll
         for (int cc = 0; cc < C; ++cc) {
           // Columns past n are skipped, not multiplied by zero padding: 0 * Inf would be NaN.
@@ -98,27 +118,38 @@ __device__ __forceinline__ void gather_batch(int len, const Entry<T>& entry,
   }
 }
 
+// acc += the overflow entries j0 <= j < j1, G at a time (every lane of the team calls it).
 template <typename T, int VEC, int G, int C, int E>
-__global__ void TWELL_ROWS_MAXNREG
-twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
-                const unsigned short* __restrict__ indices,
-                const long long* __restrict__ overflow_indptr,
-                const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
-                long long n_rows, long long n_cols, int tile_width, int slots,
-                const T* __restrict__ b, long long n, const bool* __restrict__ gate,
-                T* __restrict__ out) {
-  static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
-  static_assert(G == 8 || G == 16 || G == 32, "G lanes per entry: 8, 16 or 32");
-  static_assert(C * E == kChunks, "C chunks of E entries: kChunks loads per step");
-  using Acc = typename Value<T>::Acc;
-  constexpr int kSpan = G * VEC;
-  if (!*gate) return;  // another kernel computes this product
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp, group = lane / G;
-  if (row >= n_rows) return;
-  const long long n0 = (static_cast<long long>(blockIdx.y) * C * G + lane % G) * VEC;
-  Acc acc[E][C][VEC];
+__device__ __forceinline__ void gather_overflow(const Team<G>& team, long long j0, long long j1,
+                                                const int* __restrict__ overflow_indices,
+                                                const T* __restrict__ overflow_data,
+                                                const T* __restrict__ b, long long n,
+                                                long long n0,
+                                                typename Value<T>::Acc (&acc)[E][C][VEC]) {
+  for (; j0 < j1; j0 += G) {
+    const long long j = j0 + team.lane;
+    Entry<T> entry;
+    if (j < j1) entry = Entry<T>(overflow_data[j], overflow_indices[j]);
+    gather_batch<T, VEC, G, C, E>(team, static_cast<int>(min(static_cast<long long>(G), j1 - j0)),
+                                  entry, b, n, n0, acc);
+  }
+}
+
+// The E accumulator sets of each column summed into acc[0], in order.
+template <typename Acc, int VEC, int C, int E>
+__device__ __forceinline__ void combine_sets(Acc (&acc)[E][C][VEC]) {
+#pragma unroll
+  for (int cc = 0; cc < C; ++cc) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+#pragma unroll
+      for (int k = 1; k < E; ++k) acc[0][cc][i] += acc[k][cc][i];
+    }
+  }
+}
+
+template <typename Acc, int VEC, int C, int E>
+__device__ __forceinline__ void zero_sets(Acc (&acc)[E][C][VEC]) {
 #pragma unroll
   for (int k = 0; k < E; ++k) {
 #pragma unroll
@@ -127,52 +158,86 @@ twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
       for (int i = 0; i < VEC; ++i) acc[k][cc][i] = Acc(0);
     }
   }
+}
+
+// A row's overflow is split when it holds at least 2 * chunk entries (chunk = 2^chunk_log2,
+// chunk_log2 > 0): the overflow array is cut into chunks of `chunk` entries, and
+// twell_spmm_overflow_chunks sums each chunk's part of a split row, one team per chunk, into
+// partial[2 * c + slot] (Acc, n values; slot 1 for the row that starts inside chunk c, slot
+// 0 for the one that started at or before its first entry: no other row touching a chunk
+// can be split); the row's team adds the parts in chunk order after its slots. Both kernels
+// decide with this one test; chunk_log2 is a shift because a 64-bit division spilled the
+// accumulators. A power-law graph's row of ~8500 entries kept one warp ~1 ms (H200).
+__device__ __forceinline__ bool split_row(long long o_start, long long o_end, int chunk_log2) {
+  return chunk_log2 > 0 && o_end - o_start >= (2ll << chunk_log2);
+}
+
+template <typename T, int VEC, int G, int C, int E>
+__global__ void TWELL_ROWS_MAXNREG
+twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
+                const unsigned short* __restrict__ indices,
+                const long long* __restrict__ overflow_indptr,
+                const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
+                long long n_rows, long long n_cols, int tile_width, int slots,
+                const T* __restrict__ b, long long n, const bool* __restrict__ gate,
+                const typename Value<T>::Acc* __restrict__ partial, int chunk_log2,
+                T* __restrict__ out) {
+  static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
+  static_assert(G == 8 || G == 16 || G == 32, "G lanes per row: 8, 16 or 32");
+  static_assert(C * E == kChunks && G % E == 0, "C chunks of E entries: kChunks loads per step");
+  using Acc = typename Value<T>::Acc;
+  constexpr int kSpan = G * VEC;
+  if (!*gate) return;  // another kernel computes this product
+  const Team<G> team(threadIdx.x % kWarp);
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long row = static_cast<long long>(blockIdx.x) * (kWarp / G) + team.index;
+  if (row >= n_rows) return;  // the whole team
+  const long long n0 = (static_cast<long long>(blockIdx.y) * C * G + team.lane) * VEC;
+  Acc acc[E][C][VEC];
+  zero_sets<Acc, VEC, C, E>(acc);
 
   const int* row_counts = counts + row * tiles;
-  for (long long t0 = 0; t0 < tiles; t0 += kWarp) {
-    const int my_count = t0 + lane < tiles ? row_counts[t0 + lane] : 0;
-    const int inclusive = warp_inclusive_scan(my_count, lane);
-    const int total = __shfl_sync(kFullMask, inclusive, kWarp - 1);  // <= 32 * slots
-    for (int j0 = 0; j0 < total; j0 += kWarp) {
-      const int j = j0 + lane;
-      // Entry j of the 32 tiles is in tile t0 + l: l tiles end at or before it.
+  for (long long t0 = 0; t0 < tiles; t0 += G) {
+    const int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;
+    const int inclusive = team.inclusive_scan(my_count);
+    const int total = team.shfl(inclusive, G - 1);  // <= G * slots
+    for (int j0 = 0; j0 < total; j0 += G) {
+      const int j = j0 + team.lane;
+      // Entry j of the G tiles is in tile t0 + l: l tiles end at or before it.
       int l = 0;
 #pragma unroll
-      for (int step = kWarp / 2; step > 0; step >>= 1)
-        l += __shfl_sync(kFullMask, inclusive, l + step - 1) <= j ? step : 0;
-      const int first = __shfl_sync(kFullMask, inclusive - my_count, l);
+      for (int step = G / 2; step > 0; step >>= 1)
+        l += team.shfl(inclusive, l + step - 1) <= j ? step : 0;
+      const int first = team.shfl(inclusive - my_count, l);
       Entry<T> entry;
       if (j < total) {
         const long long tile = t0 + l, s = (row * tiles + tile) * slots + (j - first);
         entry = Entry<T>(data[s], tile * tile_width + indices[s]);
       }
-      gather_batch<T, VEC, G, C, E>(min(kWarp, total - j0), entry, b, n, n0, group, acc);
+      gather_batch<T, VEC, G, C, E>(team, min(G, total - j0), entry, b, n, n0, acc);
     }
   }
+  {  // A split row's overflow comes from `partial`, after the sums of its slots.
+    const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
+    gather_overflow<T, VEC, G, C, E>(team, o_start,
+                                     split_row(o_start, o_end, chunk_log2) ? o_start : o_end,
+                                     overflow_indices, overflow_data, b, n, n0, acc);
+  }
+  combine_sets<Acc, VEC, C, E>(acc);
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
-  for (long long j0 = o_start; j0 < o_end; j0 += kWarp) {
-    const long long j = j0 + lane;
-    Entry<T> entry;
-    if (j < o_end) entry = Entry<T>(overflow_data[j], overflow_indices[j]);
-    gather_batch<T, VEC, G, C, E>(static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0)),
-                                  entry, b, n, n0, group, acc);
-  }
-  // The W accumulator sets of each column, in a fixed order: E in order, then the groups by
-  // a butterfly (every lane ends with the same sum: a + b == b + a).
+  if (split_row(o_start, o_end, chunk_log2)) {
+    for (long long c = o_start >> chunk_log2; (c << chunk_log2) < o_end; ++c) {
+      // Slot 1 of chunk c holds the part of a row that starts inside it, slot 0 the rest.
+      const Acc* __restrict__ part = partial + (2 * c + ((c << chunk_log2) < o_start)) * n;
 #pragma unroll
-  for (int cc = 0; cc < C; ++cc) {
+      for (int cc = 0; cc < C; ++cc) {
+        if (n0 + cc * kSpan < n) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      Acc sum = acc[0][cc][i];
-#pragma unroll
-      for (int k = 1; k < E; ++k) sum += acc[k][cc][i];
-#pragma unroll
-      for (int offset = G; offset < kWarp; offset <<= 1)
-        sum += __shfl_xor_sync(kFullMask, sum, offset);
-      acc[0][cc][i] = sum;
+          for (int i = 0; i < VEC; ++i) acc[0][cc][i] += part[n0 + cc * kSpan + i];
+        }
+      }
     }
   }
-  if (group != 0) return;
 #pragma unroll
   for (int cc = 0; cc < C; ++cc) {
     const long long j = n0 + cc * kSpan;
@@ -181,6 +246,52 @@ twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
 #pragma unroll
       for (int i = 0; i < VEC; ++i) res[i] = Value<T>::from_acc(acc[0][cc][i]);
       store_vec<T, VEC>(out + row * n, j, res);
+    }
+  }
+}
+
+// The parts of split rows (split_row) in the overflow's chunk c, one team per chunk, each
+// summed with the accumulator sets and order of twell_spmm_rows (same G, C, E; columns on
+// grid y) into partial[2 * c + slot]; slots of rows that are not split are left unwritten.
+// Few warps run it (no register cap: the cap of twell_spmm_rows spilled here).
+// Grid: (ceil(chunks / P), as twell_spmm_rows), kWarp threads.
+template <typename T, int VEC, int G, int C, int E>
+__global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflow_indptr,
+                           const int* __restrict__ overflow_indices,
+                           const T* __restrict__ overflow_data, long long n_rows,
+                           const T* __restrict__ b, long long n, const bool* __restrict__ gate,
+                           int chunk_log2, typename Value<T>::Acc* __restrict__ partial) {
+  using Acc = typename Value<T>::Acc;
+  constexpr int kSpan = G * VEC;
+  if (!*gate) return;
+  const Team<G> team(threadIdx.x % kWarp);
+  const long long n_over = overflow_indptr[n_rows];
+  const long long c = static_cast<long long>(blockIdx.x) * (kWarp / G) + team.index;
+  const long long c0 = c << chunk_log2;
+  if (c0 >= n_over) return;  // the whole team
+  const long long c1 = min(c0 + (1ll << chunk_log2), n_over);
+  const long long n0 = (static_cast<long long>(blockIdx.y) * C * G + team.lane) * VEC;
+  // The row holding the chunk's first entry, then the one holding its last (rows between
+  // them are shorter than the chunk, so not split).
+  const long long first_row = row_of(overflow_indptr, n_rows, c0);
+  const long long last_row = row_of(overflow_indptr, n_rows, c1 - 1);
+#pragma unroll 1
+  for (int slot = 0; slot < 2; ++slot) {
+    const long long row = slot == 0 ? first_row : last_row;
+    const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
+    if ((slot == 1 && row == first_row) || !split_row(o_start, o_end, chunk_log2)) continue;
+    Acc acc[E][C][VEC];
+    zero_sets<Acc, VEC, C, E>(acc);
+    gather_overflow<T, VEC, G, C, E>(team, max(c0, o_start), min(c1, o_end), overflow_indices,
+                                     overflow_data, b, n, n0, acc);
+    combine_sets<Acc, VEC, C, E>(acc);
+    Acc* __restrict__ part = partial + (2 * c + slot) * n;
+#pragma unroll
+    for (int cc = 0; cc < C; ++cc) {
+      if (n0 + cc * kSpan < n) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) part[n0 + cc * kSpan + i] = acc[0][cc][i];
+      }
     }
   }
 }

@@ -173,6 +173,56 @@ def test_every_spmm_kernel_matches_the_float64_product(rng, dtype, m, k, n, tile
     np.testing.assert_array_equal((a @ rhs).get(), _cupy_backend.spmm(*args).get())
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
+                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", [8, 48, 200, 600])
+@pytest.mark.parametrize("chunk", [32, 256])
+def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n, chunk):
+    # A row whose overflow holds two chunks or more is summed by a warp per chunk of the
+    # overflow plus its own (split_row in spmm.cu). Rows with overflows just below, at and
+    # above that, starting on and off chunk boundaries, next to each other, to short rows and
+    # to empty ones; the budget rule of _split_chunk is set aside so that small products
+    # split too. Within rounding of the float64 product, every output element written, and
+    # the same bits for B one element past a 16-byte boundary (the VEC = 1 instances).
+    monkeypatch.setattr(_cupy_backend, "SPMM_SPLIT_CHUNK", chunk)
+    monkeypatch.setattr(_cupy_backend, "_split_chunk",
+                        lambda n_over, *_: chunk if n_over >= 2 * chunk else 0)
+    k, t = 4096, 256  # 16 tiles, one slot each: a row's overflow is its entries past 16
+    lengths = [0, 3, 16 + 2 * chunk - 1, 16 + 2 * chunk, 16 + 2 * chunk + 1, 0, 5,
+               16 + 5 * chunk + 7, 16 + 2 * chunk, 40, 16 + 9 * chunk + 31, 1, 16 + chunk]
+    x = np.zeros((len(lengths), k))
+    for r, length in enumerate(lengths):
+        if length >= 16:  # every tile's first column, then others: length - 16 overflow
+            rest = np.setdiff1d(np.arange(k), np.arange(0, k, t))
+            cols = np.concatenate([np.arange(0, k, t), rng.choice(rest, length - 16, False)])
+        else:
+            cols = rng.choice(k, size=length, replace=False)
+        x[r, cols] = rng.standard_normal(length) + np.sign(rng.standard_normal(length)) * 0.5
+    x = cast(x, dtype)
+    a = twell.TwELLMatrix(cupy.asarray(x), tile_width=t, slots=1)
+    over = np.diff(a.overflow_indptr.get())
+    assert (over >= 2 * chunk).sum() == 5 and (over == 2 * chunk - 1).sum() == 1
+    rhs = cast(rng.standard_normal((k, n)), dtype)
+    want = x.astype(np.float64) @ rhs.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
+    tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
+    got = {}
+    for name, b in (("aligned", cupy.asarray(rhs)), ("misaligned", _misaligned(rhs))):
+        Backend("cupy").poison()  # an output element left unwritten shows as NaN
+        y = _cupy_backend.spmm(a._parts, a.shape, t, b, np.dtype(dtype), variant="rows")
+        got[name] = y.get()
+        assert np.all(np.abs(got[name].astype(np.float64) - want) <= tol * scale), name
+    bits = f"u{np.dtype(dtype).itemsize}"
+    np.testing.assert_array_equal(got["misaligned"].view(bits), got["aligned"].view(bits))
+
+
+def _misaligned(host):
+    """A device copy of ``host`` starting one element past a 16-byte boundary."""
+    out = cupy.empty(host.size + 1, dtype=host.dtype)[1:].reshape(host.shape)
+    out[...] = cupy.asarray(host)
+    return out
+
+
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("variant", [None, "rows", "mma", "dense"])
 def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng, dtype, variant):

@@ -14,6 +14,7 @@ import numpy as np
 from . import _algorithms, _kernels, _layout
 from ._algorithms import Parts, exclusive_cumsum
 from ._checks import check_csr
+from ._validation import accumulator_dtype
 
 # Threads per block for the warp-per-item kernels (8 warps) and the thread-per-item ones.
 _BLOCK = 256
@@ -472,8 +473,10 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
 
     Two ways, chosen without a host synchronisation (:func:`spmm_way`):
 
-    * the gather kernel ``twell_spmm_rows`` (a warp per row and 1024 columns of 16-bit
-      values, the B row of each entry read from L2), unless the next way is taken;
+    * the gather kernel ``twell_spmm_rows`` (8 to 32 lanes per row and up to 1024 columns of
+      16-bit values, by N: :func:`_rows_shape`; the B row of each entry read from L2), after
+      ``twell_spmm_overflow_chunks`` when a row's overflow may be long enough to split
+      (:func:`_split_chunk`), unless the next way is taken;
     * ``A.toarray() @ b`` by cuBLAS when :func:`twell._layout.dense_product_pays` says so for
       ``nnz_hint`` (A's entries, when known without reading the GPU), ``b`` has at most
       ``_MAX_GRID_Y * 32`` columns (wider products gather, in column chunks), the ``M x K`` dense
@@ -535,22 +538,59 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
                 run_rows = _nonfinite(b)
                 _spmm_mma(parts, shape, tile_width, b, ~run_rows, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
-    g, c, e = _rows_shape(n, out_dtype)
-    kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_rows", out_dtype, vec, g, c, e))
-    # One warp per (row, c * g * vec output columns), one warp per block (__maxnreg__).
-    grid = (m, int(-(-n // (c * g * vec))))
-    kernel(grid, (32,), (*common, b, _i64(n), run_rows, out))
+    shape = (vec, *_rows_shape(n, out_dtype))
+    column_blocks = int(-(-n // (shape[0] * shape[1] * shape[2])))  # vec * G * C columns each
+    teams = 32 // shape[1]  # rows (or overflow chunks) per warp
+    # Rows with a long overflow are split (split_row in spmm.cu): the parts of their
+    # overflow first, a warp per chunk of the overflow, into `partial`.
+    n_over, acc = parts.overflow_indices.size, accumulator_dtype(out_dtype)
+    chunk = _split_chunk(n_over, m, n, acc, out_dtype)
+    partial = cupy.empty((2 * -(-n_over // chunk) if chunk else 0, n), dtype=acc)
+    if chunk:
+        kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_overflow_chunks", out_dtype,
+                                                      *shape))
+        # One team of G lanes per (chunk, column block).
+        kernel((-(-partial.shape[0] // 2 // teams), column_blocks), (32,), (
+            parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, _i64(m), b,
+            _i64(n), run_rows, _i32(chunk.bit_length() - 1), partial))
+    kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_rows", out_dtype, *shape))
+    # One team of G lanes per (row, column block), one warp per block (__maxnreg__).
+    kernel((-(-m // teams), column_blocks), (32,), (*common, b, _i64(n), run_rows, partial,
+                                                    _i32(max(chunk.bit_length() - 1, 0)), out))
     return out
 
 
+#: Entries per chunk of the overflow in the gather SpMM, a power of two: a row whose overflow
+#: holds at least two chunks is split, its parts summed by one warp per chunk (spmm.cu,
+#: split_row).
+SPMM_SPLIT_CHUNK = 256
+
+
+def _split_chunk(n_over, m, n, acc_dtype, out_dtype):
+    """The chunk of the gather SpMM's split rows, or 0 for none.
+
+    The launcher cannot know which rows are long without reading the GPU, so it sizes the
+    partial sums (2 rows of ``n`` per chunk) for the whole overflow: rows are split only when
+    the overflow can hold a long row and that buffer is no larger than the product itself
+    (an overflow of at most 16 to 64 entries per row on average, by dtype).
+    """
+    chunk = SPMM_SPLIT_CHUNK
+    if n_over < 2 * chunk:
+        return 0
+    partial_bytes = 2 * -(-n_over // chunk) * n * np.dtype(acc_dtype).itemsize
+    return chunk if partial_bytes <= m * n * np.dtype(out_dtype).itemsize else 0
+
+
 def _rows_shape(n, dtype):
-    """(G, C, E) of ``twell_spmm_rows`` for ``n`` output columns (_kernels.SPMM_ROWS_SHAPES).
+    """(G, C, E) of ``twell_spmm_rows`` for ``n`` output columns (_kernels.SPMM_ROWS_SHAPES):
+    G lanes per row, C column chunks and E entries in flight per lane.
 
     From N and the dtype's vector width alone, never from whether B is aligned: the shape
     fixes the order of the sums, and a B that needs the VEC = 1 instance must give the
-    same bits. A row of B as wide as 4 warp-wide 16-byte loads takes one entry per step (the
-    plain order); narrower ones spread the 4 loads a lane keeps in flight over entries
-    instead: a power-law graph with N = 64 float32 was bound by one load latency per entry.
+    same bits. A row of B as wide as 4 warp-wide 16-byte loads takes a warp and one entry per
+    step (the plain order); narrower ones take fewer lanes per row (more rows per warp) and
+    spread the 4 loads a lane keeps in flight over entries: short rows (a stencil's 5) were
+    bound by one dependent load after another, a warp each.
     """
     lanes = -(-n // _kernels.vector_width(dtype))  # 16-byte vectors in a row of B
     if lanes > 64:

@@ -83,7 +83,7 @@ HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 #: instances, in order of preference (the launcher takes the first whose shared memory fits).
 MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 
-#: (G, C, E) of the gather SpMM ``twell_spmm_rows``: lanes per entry, column chunks per lane,
+#: (G, C, E) of the gather SpMM ``twell_spmm_rows``: lanes per row, column chunks per lane,
 #: entries in flight per lane (C * E = 4), widest first; ``_cupy_backend._rows_shape`` picks
 #: one from N.
 SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 1, 4), (8, 1, 4))
@@ -96,7 +96,8 @@ INSTANCES = {
                   + _typed("twell_rows_to_csr") + ["twell_layout_probe"]),
     "cast.cu": [f"twell_cast<{CTYPES[a]}, {CTYPES[b]}>" for a in SUPPORTED_DTYPES
                 for b in SUPPORTED_DTYPES if a != b],
-    "spmm.cu": ([f"{k[:-1]}, {g}, {c}, {e}>" for k in _vectored("twell_spmm_rows")
+    "spmm.cu": ([f"{k[:-1]}, {g}, {c}, {e}>"
+                 for k in _vectored("twell_spmm_rows") + _vectored("twell_spmm_overflow_chunks")
                  for g, c, e in SPMM_ROWS_SHAPES] + _typed("twell_spmv")
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
