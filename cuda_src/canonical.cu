@@ -45,8 +45,8 @@ __device__ inline bool in_column_order(const int* __restrict__ a, long long star
 
 // Rank of this lane's column c among the first `width` lanes' columns (every lane calls it),
 // ties broken by lane: its position once the chunk is sorted stably. A full chunk (every
-// chunk of a row but its last) takes the unrolled loop: the loop over a run-time width was
-// most of the kernel's instructions (ncu, eighth session).
+// chunk of a row but its last) takes the unrolled loop (4% faster at 90% sparsity, H200;
+// most of v3's gain came from count_before's fixed steps).
 __device__ __forceinline__ int rank_in_chunk(int c, int lane, int width) {
   int r = 0;
   if (width == kWarp) {

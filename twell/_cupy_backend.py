@@ -572,7 +572,8 @@ def _split_chunk(n_over, m, n, acc_dtype, out_dtype):
     The launcher cannot know which rows are long without reading the GPU, so it sizes the
     partial sums (2 rows of ``n`` per chunk) for the whole overflow: rows are split only when
     the overflow can hold a long row and that buffer is no larger than the product itself
-    (an overflow of at most 16 to 64 entries per row on average, by dtype).
+    (an overflow of at most 64 entries per row on average for 16-bit values, 128 for
+    float32 and float64).
     """
     chunk = SPMM_SPLIT_CHUNK
     if n_over < 2 * chunk:
