@@ -245,6 +245,18 @@ def assert_same_bits(a, b, what=""):
         np.testing.assert_array_equal(x.view(bits), y.view(bits), err_msg=f"{what} {name}")
 
 
+def misaligned(xp, b):
+    """A copy of ``b`` on ``xp`` starting one element past a 16-byte boundary.
+
+    Every SpMM kernel but ``twell_spmm_rows`` needs 16-byte aligned B: with this copy that
+    one runs, one value at a time (its order of accumulation does not depend on the vector
+    width).
+    """
+    out = xp.empty(b.size + 1, dtype=b.dtype)[1:].reshape(b.shape)
+    out[...] = xp.asarray(b)
+    return out
+
+
 def rel_err(got, want):
     """``||got - want|| / ||want||`` in float64 (0 when both are 0), safe from overflow."""
     got, want = cast(got, np.float64), cast(want, np.float64)

@@ -13,7 +13,7 @@ cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 if not twell.cuda_available():
     pytest.skip("CuPy with a CUDA GPU is not available", allow_module_level=True)
 
-from helpers import Backend, assert_values_equal, cast  # noqa: E402
+from helpers import Backend, assert_values_equal, cast, misaligned  # noqa: E402
 
 from twell import _cupy_backend  # noqa: E402
 
@@ -207,20 +207,13 @@ def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n
     scale = np.abs(x.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
     tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
     got = {}
-    for name, b in (("aligned", cupy.asarray(rhs)), ("misaligned", _misaligned(rhs))):
+    for name, b in (("aligned", cupy.asarray(rhs)), ("misaligned", misaligned(cupy, rhs))):
         Backend("cupy").poison()  # an output element left unwritten shows as NaN
         y = _cupy_backend.spmm(a._parts, a.shape, t, b, np.dtype(dtype), variant="rows")
         got[name] = y.get()
         assert np.all(np.abs(got[name].astype(np.float64) - want) <= tol * scale), name
     bits = f"u{np.dtype(dtype).itemsize}"
     np.testing.assert_array_equal(got["misaligned"].view(bits), got["aligned"].view(bits))
-
-
-def _misaligned(host):
-    """A device copy of ``host`` starting one element past a 16-byte boundary."""
-    out = cupy.empty(host.size + 1, dtype=host.dtype)[1:].reshape(host.shape)
-    out[...] = cupy.asarray(host)
-    return out
 
 
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])

@@ -17,7 +17,7 @@ a kernel that leaves part of an ``empty`` output unwritten then shows it as chan
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import BF16, DTYPES, F16, PART_NAMES, cast
+from helpers import BF16, DTYPES, F16, PART_NAMES, cast, misaligned
 
 import twell
 
@@ -128,18 +128,6 @@ def test_dense_and_csr_input_pack_to_the_same_bits(backend, rng, dtype, tile_wid
         _assert_same_bits(got, want, f"{src} vs {dst}")
 
 
-def _misaligned(xp, b):
-    """A copy of ``b`` starting one element past a 16-byte boundary.
-
-    Every SpMM kernel but ``twell_spmm_rows`` needs 16-byte aligned B: with this copy that
-    one runs, one value at a time (its order of accumulation does not depend on the vector
-    width).
-    """
-    out = xp.empty(b.size + 1, dtype=b.dtype)[1:].reshape(b.shape)
-    out[...] = b
-    return out
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
     # Guards the tensor-core SpMM's launch configurations (warps, 16-row groups per warp,
@@ -169,7 +157,7 @@ def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
         # The default A @ B runs one of these kernels: a tensor-core shape, or a kernel that
         # accumulates in twell_spmm_rows' order and so gives its bits.
         default = _bits(gpu, {what: a @ b})
-        rows = _bits(gpu, {what: a @ _misaligned(gpu.xp, b)})
+        rows = _bits(gpu, {what: a @ misaligned(gpu.xp, b)})
         if not _same(default, shapes[first]):
             _assert_same_bits(default, rows, "default A @ B (not the mma bits) vs rows kernel")
 
@@ -188,7 +176,7 @@ def test_the_gather_spmm_sums_in_one_order_whatever_the_alignment_of_b(gpu, rng,
     b = gpu.asarray(cast(rng.standard_normal((K, n)), dtype))
     dtype = np.dtype(dtype)
     got = {}
-    for name, rhs in (("aligned", b), ("misaligned", _misaligned(gpu.xp, b))):
+    for name, rhs in (("aligned", b), ("misaligned", misaligned(gpu.xp, b))):
         gpu.poison()
         got[name] = _bits(gpu, {"A @ B": _cupy_backend.spmm(a._parts, a.shape, a.tile_width,
                                                               rhs, dtype, variant="rows")})
