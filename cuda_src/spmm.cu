@@ -21,12 +21,14 @@ using namespace twell;
 //   consecutive entries (one per accumulator set) times C chunks. A wide B takes G = 32 and
 //   C = 4 (one entry per step); a narrow one (N of 64 float32 values is one 256-byte row)
 //   takes fewer lanes per row, more rows per warp and more entries per step, so that short
-//   rows are not read one dependent load after another by a whole warp each. The launcher
-//   picks (G, C, E) from N (_cupy_backend._rows_shape); C * E = kChunks.
+//   rows are not read one dependent load after another by a whole warp each; for a layout of
+//   short rows (a stencil) the team is as narrow as N allows and C takes the loads instead:
+//   four teams per warp in lock step. The launcher picks (G, C, E) from N and the layout's
+//   array shapes (_cupy_backend._rows_shape, _short_rows); C * E = kChunks.
 //   Order: entry e of each batch of G goes to accumulator set e % E, and the sets are summed
 //   in order at the end: results are deterministic and do not depend on VEC (the shape comes
-//   from N alone, and a VEC = 1 instance sums like the vector one). E = 1 (G = 32, C = 4, as
-//   for N > 64 16-byte vectors) is the plain order: tiles, then slots, then the overflow.
+//   from N and the layout, and a VEC = 1 instance sums like the vector one). E = 1 (as for N
+//   > 64 16-byte vectors) is the plain order: tiles, then slots, then the overflow.
 //   Long overflows are split (split_row, below).
 // History (benchmarks/NOTES.md): kChunks = 4 chunks of one entry measured 1.5x faster than one
 // 256-column chunk with 4 entries in flight, at 99% on the paper's down projection (H200); one
@@ -40,8 +42,14 @@ using namespace twell;
 // Grid: (ceil(M / P), ceil(N / (C * G * VEC))), blocks of kWarp threads.
 constexpr int kChunks = 4;
 constexpr int kRowsMaxRegisters = 80;
+// Narrow teams with column chunks of 16-bit or float64 vectors (the shapes for short rows)
+// spilled 32-150 bytes of accumulators at kRowsMaxRegisters.
+template <typename T, int VEC, int G, int C>
+constexpr int rows_max_registers() {
+  return sizeof(T) != 4 && VEC > 1 && G < kWarp && C > 1 ? 96 : kRowsMaxRegisters;
+}
 #if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
-#define TWELL_ROWS_MAXNREG __maxnreg__(kRowsMaxRegisters)
+#define TWELL_ROWS_MAXNREG __maxnreg__((rows_max_registers<T, VEC, G, C>()))
 #else
 #define TWELL_ROWS_MAXNREG
 #endif
@@ -66,6 +74,13 @@ template <int G> struct Team {
       if (lane >= offset) x += y;
     }
     return x;
+  }
+  __device__ bool any(bool p) const { return __any_sync(mask, p); }
+  // The sum over the team's lanes by a fixed butterfly (the same bits on every lane).
+  template <typename V> __device__ V sum(V v) const {
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset, G);
+    return v;
   }
 };
 
@@ -113,6 +128,66 @@ __device__ __forceinline__ void gather_batch(const Team<G>& team, int len, const
             for (int i = 0; i < VEC; ++i) acc[k][cc][i] += v[k] * Value<T>::to_acc(bv[k][cc][i]);
           }
         }
+      }
+    }
+  }
+}
+
+// Windows of G tiles whose counts a team reads at once (independent loads) before it walks
+// their entries: a wide layout's row (245 tiles at tile width 4096 for 10^6 columns) was
+// bound by one dependent count read per G tiles, most of them of empty tiles.
+constexpr int kCountWindows = 4;
+
+// f(entry, len) for each batch of the row's slot entries, in order (tiles, then slots):
+// entries j < len <= G of a batch, entry j held by team lane j (every lane of the team calls
+// it, and f may shuffle). Each window of G tiles is cut into batches of its own, so the
+// batches, and the order of sums that follows from them, do not depend on kCountWindows;
+// a window of empty tiles costs one read and one vote.
+template <typename T, int G, typename F>
+__device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
+                                                    const int* __restrict__ counts,
+                                                    const T* __restrict__ data,
+                                                    const unsigned short* __restrict__ indices,
+                                                    long long row, long long tiles,
+                                                    int tile_width, int slots, F&& f) {
+  const int* row_counts = counts + row * tiles;
+  for (long long t0 = 0; t0 < tiles; t0 += kCountWindows * G) {
+    int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
+    int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
+#pragma unroll
+    for (int w = 1; w < kCountWindows; ++w) {
+      const long long t = t0 + w * G + team.lane;
+      ahead[w - 1] = t < tiles ? row_counts[t] : 0;
+    }
+    unsigned nonempty = team.any(my_count != 0) ? 1u : 0u;  // bit w: window w holds entries
+#pragma unroll
+    for (int w = 1; w < kCountWindows; ++w) nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
+    for (; nonempty != 0; nonempty &= nonempty - 1) {
+      const int w = __ffs(nonempty) - 1;
+      if (w > 0) {
+        // Read again (from L1) rather than kept: kCountWindows live counts spilled the
+        // accumulators of the 16-bit kernels. Window 0's (the only one of a row of at most
+        // G tiles) is kept.
+        const long long t = t0 + w * G + team.lane;
+        my_count = t < tiles ? row_counts[t] : 0;
+      }
+      const long long tw = t0 + w * G;
+      const int inclusive = team.inclusive_scan(my_count);
+      const int total = team.shfl(inclusive, G - 1);  // <= G * slots
+      for (int j0 = 0; j0 < total; j0 += G) {
+        const int j = j0 + team.lane;
+        // Entry j of the window is in tile tw + l: l tiles end at or before it.
+        int l = 0;
+#pragma unroll
+        for (int step = G / 2; step > 0; step >>= 1)
+          l += team.shfl(inclusive, l + step - 1) <= j ? step : 0;
+        const int first = team.shfl(inclusive - my_count, l);
+        Entry<T> entry;
+        if (j < total) {
+          const long long tile = tw + l, s = (row * tiles + tile) * slots + (j - first);
+          entry = Entry<T>(data[s], tile * tile_width + indices[s]);
+        }
+        f(entry, min(G, total - j0));
       }
     }
   }
@@ -196,35 +271,17 @@ twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
   Acc acc[E][C][VEC];
   zero_sets<Acc, VEC, C, E>(acc);
 
-  const int* row_counts = counts + row * tiles;
-  for (long long t0 = 0; t0 < tiles; t0 += G) {
-    const int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;
-    const int inclusive = team.inclusive_scan(my_count);
-    const int total = team.shfl(inclusive, G - 1);  // <= G * slots
-    for (int j0 = 0; j0 < total; j0 += G) {
-      const int j = j0 + team.lane;
-      // Entry j of the G tiles is in tile t0 + l: l tiles end at or before it.
-      int l = 0;
-#pragma unroll
-      for (int step = G / 2; step > 0; step >>= 1)
-        l += team.shfl(inclusive, l + step - 1) <= j ? step : 0;
-      const int first = team.shfl(inclusive - my_count, l);
-      Entry<T> entry;
-      if (j < total) {
-        const long long tile = t0 + l, s = (row * tiles + tile) * slots + (j - first);
-        entry = Entry<T>(data[s], tile * tile_width + indices[s]);
-      }
-      gather_batch<T, VEC, G, C, E>(team, min(G, total - j0), entry, b, n, n0, acc);
-    }
-  }
-  {  // A split row's overflow comes from `partial`, after the sums of its slots.
-    const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
-    gather_overflow<T, VEC, G, C, E>(team, o_start,
-                                     split_row(o_start, o_end, chunk_log2) ? o_start : o_end,
-                                     overflow_indices, overflow_data, b, n, n0, acc);
-  }
-  combine_sets<Acc, VEC, C, E>(acc);
+  // Read before the slots, so that their latency overlaps the counts'.
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
+  for_each_slot_batch<T, G>(team, counts, data, indices, row, tiles, tile_width, slots,
+                            [&](const Entry<T>& entry, int len) {
+                              gather_batch<T, VEC, G, C, E>(team, len, entry, b, n, n0, acc);
+                            });
+  // A split row's overflow comes from `partial`, after the sums of its slots.
+  gather_overflow<T, VEC, G, C, E>(team, o_start,
+                                   split_row(o_start, o_end, chunk_log2) ? o_start : o_end,
+                                   overflow_indices, overflow_data, b, n, n0, acc);
+  combine_sets<Acc, VEC, C, E>(acc);
   if (split_row(o_start, o_end, chunk_log2)) {
     for (long long c = o_start >> chunk_log2; (c << chunk_log2) < o_end; ++c) {
       // Slot 1 of chunk c holds the part of a row that starts inside it, slot 0 the rest.
@@ -296,36 +353,54 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
   }
 }
 
-// SpMV. One warp per row; the lanes split the row's slots (all S of every tile, read
-// contiguously) and overflow entries, then reduce with a fixed butterfly.
-// Grid: ceil(M / warps per block).
-template <typename T>
-__global__ void twell_spmv(const int* __restrict__ counts, const T* __restrict__ data,
-                           const unsigned short* __restrict__ indices,
-                           const long long* __restrict__ overflow_indptr,
-                           const int* __restrict__ overflow_indices,
-                           const T* __restrict__ overflow_data, long long n_rows, long long n_cols,
-                           int tile_width, int slots, const T* __restrict__ x, T* __restrict__ y) {
+// SpMV, y = A @ x. A team of G lanes per row (32 / G rows per warp; the launcher picks G from
+// the layout: _cupy_backend._spmv_lanes): the row's slot entries as twell_spmm_rows takes
+// them (for_each_slot_batch), each lane multiplying the entry it holds by x at its column,
+// then its overflow entries, kSpmvLoads per lane in flight; the lanes' sums are added by a
+// fixed butterfly (deterministic). Until the tenth GPU session a warp took each row and read
+// every slot of every tile, empty or not, one 64-bit division per slot: 0.50 ms on the
+// 10^6-row Poisson stencil, against 0.03 for cuSPARSE.
+// Grid: ceil(M / (blockDim.x / G)).
+constexpr int kSpmvLoads = 4;
+
+template <typename T, int G>
+__global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restrict__ data,
+                                const unsigned short* __restrict__ indices,
+                                const long long* __restrict__ overflow_indptr,
+                                const int* __restrict__ overflow_indices,
+                                const T* __restrict__ overflow_data, long long n_rows,
+                                long long n_cols, int tile_width, int slots,
+                                const T* __restrict__ x, T* __restrict__ y) {
+  static_assert(G == 8 || G == 16 || G == 32, "G lanes per row: 8, 16 or 32");
   using Acc = typename Value<T>::Acc;
+  const Team<G> team(threadIdx.x % kWarp);
+  const long long row =
+      (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / G;
+  if (row >= n_rows) return;  // the whole team
   const long long tiles = n_tiles(n_cols, tile_width);
-  const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (row >= n_rows) return;
+  // Read before the slots, so that their latency overlaps the counts'.
+  const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
   Acc acc = Acc(0);
-  const long long base = row * tiles * slots;
-  for (long long i = lane; i < tiles * slots; i += kWarp) {
-    const long long tile = i / slots;
-    if (i - tile * slots < counts[row * tiles + tile]) {
-      acc += Value<T>::to_acc(data[base + i]) *
-             Value<T>::to_acc(x[tile * tile_width + indices[base + i]]);
-    }
-  }
-  for (long long j = overflow_indptr[row] + lane; j < overflow_indptr[row + 1]; j += kWarp) {
-    acc += Value<T>::to_acc(overflow_data[j]) * Value<T>::to_acc(x[overflow_indices[j]]);
-  }
+  for_each_slot_batch<T, G>(team, counts, data, indices, row, tiles, tile_width, slots,
+                            [&](const Entry<T>& entry, int len) {
+                              if (team.lane < len)
+                                acc += entry.value * Value<T>::to_acc(x[entry.column]);
+                            });
+  for (long long j0 = o_start; j0 < o_end; j0 += kSpmvLoads * G) {
+    Acc products[kSpmvLoads];
 #pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(kFullMask, acc, offset);
-  if (lane == 0) y[row] = Value<T>::from_acc(acc);
+    for (int k = 0; k < kSpmvLoads; ++k) {
+      const long long j = j0 + k * G + team.lane;
+      // Past the row nothing is read or multiplied (0 * Inf would be NaN).
+      products[k] = j < o_end ? Value<T>::to_acc(overflow_data[j]) *
+                                    Value<T>::to_acc(x[overflow_indices[j]])
+                              : Acc(0);
+    }
+#pragma unroll
+    for (int k = 0; k < kSpmvLoads; ++k) acc += products[k];
+  }
+  acc = team.sum(acc);
+  if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
 }
 
 // ---------------------------------------------------------------------------------------------

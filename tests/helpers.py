@@ -257,6 +257,16 @@ def misaligned(xp, b):
     return out
 
 
+def force_short_rows(monkeypatch, short):
+    """Make the GPU launcher take every layout for one of short rows (``short``) or for none
+    (``_cupy_backend._short_rows``), whatever its shape: tests cover both kinds of kernel
+    shape (the gather SpMM's team widths and column chunks, the SpMV's team width) on the
+    same matrices."""
+    from twell import _cupy_backend
+
+    monkeypatch.setattr(_cupy_backend, "SHORT_ROW_ENTRIES", 2**62 if short else -1)
+
+
 def rel_err(got, want):
     """``||got - want|| / ||want||`` in float64 (0 when both are 0), safe from overflow."""
     got, want = cast(got, np.float64), cast(want, np.float64)

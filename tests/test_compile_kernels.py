@@ -13,8 +13,8 @@ ptxas info    : Compiling entry function '_Z15twell_spmm_rowsI13__nv_bfloat16Li8
 ptxas info    : Function properties for _Z15twell_spmm_rowsI13__nv_bfloat16Li8EEvPKi
     24 bytes stack frame, {rows} bytes spill stores, 52 bytes spill loads
 ptxas info    : Used 80 registers, used 0 barriers
-ptxas info    : Compiling entry function '_Z10twell_spmvIdEvPKi' for 'sm_90'
-ptxas info    : Function properties for _Z10twell_spmvIdEvPKi
+ptxas info    : Compiling entry function '_Z15twell_spmv_rowsIdLi8EEvPKi' for 'sm_90'
+ptxas info    : Function properties for _Z15twell_spmv_rowsIdLi8EEvPKi
     0 bytes stack frame, {spmv} bytes spill stores, 0 bytes spill loads
 """
 
@@ -29,7 +29,7 @@ def test_spills_are_charged_to_their_kernel():
     # The gather SpMM may spill the few bytes its register cap was measured with; any other
     # kernel may not spill at all, and the gather kernel not more than granted.
     assert _rejected(36, 0) == []
-    assert _rejected(36, 4) == [("_Z10twell_spmvIdEvPKi", 4)]
+    assert _rejected(36, 4) == [("_Z15twell_spmv_rowsIdLi8EEvPKi", 4)]
     granted = compile_kernels.ACCEPTED_SPILL_STORES["twell_spmm_rows"]
     assert _rejected(granted + 8, 0) == [("_Z15twell_spmm_rowsI13__nv_bfloat16Li8EEvPKi",
                                           granted + 8)]

@@ -13,7 +13,13 @@ cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
 if not twell.cuda_available():
     pytest.skip("CuPy with a CUDA GPU is not available", allow_module_level=True)
 
-from helpers import Backend, assert_values_equal, cast, misaligned  # noqa: E402
+from helpers import (  # noqa: E402
+    Backend,
+    assert_values_equal,
+    cast,
+    force_short_rows,
+    misaligned,
+)
 
 from twell import _cupy_backend  # noqa: E402
 
@@ -152,12 +158,15 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
                                       # entries spans tiles; heavy overflow
     (300, 5000, 600, 64, 4, 0.005),   # ~1 entry per non-empty tile; N = 600: 4 column chunks
 ])
-def test_every_spmm_kernel_matches_the_float64_product(rng, dtype, m, k, n, tile_width,
-                                                       slots, density):
+@pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
+def test_every_spmm_kernel_matches_the_float64_product(rng, monkeypatch, dtype, m, k, n,
+                                                       tile_width, slots, density, short):
     # Every way of the SpMM (the default, the gather kernel twell_spmm_rows, the tensor-core
     # kernel where it applies, and A.toarray() @ B by cuBLAS), within rounding of the float64
     # product, on edge shapes of the kernels' blockings (twell_spmm_rows: a shape (G, C, E)
-    # per N, _cupy_backend._rows_shape; these N take every one for 16-bit values and float32).
+    # per N and kind of layout, _cupy_backend._rows_shape; these N, with the layout taken for
+    # one of short rows and then not, take every one for 16-bit values and float32).
+    force_short_rows(monkeypatch, short)
     x = _activations(rng, m, k, density, dtype)
     a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
     assert a.slots == slots
@@ -177,13 +186,15 @@ def test_every_spmm_kernel_matches_the_float64_product(rng, dtype, m, k, n, tile
                          ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("n", [8, 48, 200, 600])
 @pytest.mark.parametrize("chunk", [32, 256])
-def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n, chunk):
+@pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
+def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n, chunk, short):
     # A row whose overflow holds two chunks or more is summed by a warp per chunk of the
     # overflow plus its own (split_row in spmm.cu). Rows with overflows just below, at and
     # above that, starting on and off chunk boundaries, next to each other, to short rows and
     # to empty ones; the budget rule of _split_chunk is set aside so that small products
     # split too. Within rounding of the float64 product, every output element written, and
     # the same bits for B one element past a 16-byte boundary (the VEC = 1 instances).
+    force_short_rows(monkeypatch, short)
     monkeypatch.setattr(_cupy_backend, "SPMM_SPLIT_CHUNK", chunk)
     monkeypatch.setattr(_cupy_backend, "_split_chunk",
                         lambda n_over, *_: chunk if n_over >= 2 * chunk else 0)
@@ -214,6 +225,38 @@ def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n
         assert np.all(np.abs(got[name].astype(np.float64) - want) <= tol * scale), name
     bits = f"u{np.dtype(dtype).itemsize}"
     np.testing.assert_array_equal(got["misaligned"].view(bits), got["aligned"].view(bits))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
+                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("short", [False, True], ids=["32-lanes", "8-lanes"])
+@pytest.mark.parametrize(("tile_width", "slots"), [(16, 2), (256, 3), (4096, 1)])
+def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, dtype, short,
+                                                              tile_width, slots):
+    # twell_spmv_rows takes a team of 8 or 32 lanes per row (_cupy_backend._spmv_lanes):
+    # rows empty, short, spanning windows of empty tiles (4 windows of counts are read at
+    # once: 288 tiles at tile width 16) and with an overflow long enough for several rounds
+    # of 4 loads per lane. Within rounding of the float64 product, every element written.
+    force_short_rows(monkeypatch, short)
+    k = 4608
+    lengths = [0, 1, 5, 0, 37, 300, 1500, 2, 0, 129, 4000, 17]
+    x = np.zeros((len(lengths) * 7, k))  # every length at 7 row offsets within a warp
+    for r in range(x.shape[0]):
+        length = lengths[r % len(lengths)]
+        cols = rng.choice(k, size=length, replace=False)
+        x[r, cols] = rng.standard_normal(length) + np.sign(rng.standard_normal(length)) * 0.5
+    x = cast(x, dtype)
+    a = twell.TwELLMatrix(cupy.asarray(x), tile_width=tile_width, slots=slots)
+    assert a.overflow_nnz > 0
+    v = cast(rng.standard_normal(k), dtype)
+    want = x.astype(np.float64) @ v.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(v.astype(np.float64))
+    tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
+    Backend("cupy").poison()  # an output element left unwritten shows as NaN
+    got = _cupy_backend.spmm(a._parts, a.shape, tile_width, cupy.asarray(v).reshape(k, 1),
+                             np.dtype(dtype), variant="rows")
+    got = got.get().ravel().astype(np.float64)
+    assert np.all(np.abs(got - want) <= tol * scale)
 
 
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])

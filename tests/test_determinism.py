@@ -17,7 +17,7 @@ a kernel that leaves part of an ``empty`` output unwritten then shows it as chan
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import BF16, DTYPES, F16, PART_NAMES, cast, misaligned
+from helpers import BF16, DTYPES, F16, PART_NAMES, cast, force_short_rows, misaligned
 
 import twell
 
@@ -164,12 +164,18 @@ def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [8, 24, 48, 96, 200, 400, 1024])
-def test_the_gather_spmm_sums_in_one_order_whatever_the_alignment_of_b(gpu, rng, dtype, n):
+@pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
+def test_the_gather_spmm_sums_in_one_order_whatever_the_alignment_of_b(gpu, rng, monkeypatch,
+                                                                       dtype, n, short):
     # twell_spmm_rows spreads a row's entries over several accumulator sets when B is narrow
-    # (_cupy_backend._rows_shape; these N take every shape for every dtype). The shape comes
-    # from N alone, so B one element past a 16-byte boundary (the VEC = 1 instance) must give
-    # the bits of an aligned B (16-byte vectors), with overflow (rows 0 and 1, slots=3) too.
+    # (_cupy_backend._rows_shape; these N, with the layout taken for one of short rows and
+    # then not, take every shape for every dtype). The shape comes from N and the layout's
+    # array shapes, never from B's alignment, so B one element past a 16-byte boundary (the
+    # VEC = 1 instance) must give the bits of an aligned B (16-byte vectors), with overflow
+    # (rows 0 and 1, slots=3) too.
     from twell import _cupy_backend
+
+    force_short_rows(monkeypatch, short)
 
     x = _activations(rng, dtype)
     a = twell.TwELLMatrix(gpu.asarray(x), slots=3)

@@ -474,7 +474,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     Two ways, chosen without a host synchronisation (:func:`spmm_way`):
 
     * the gather kernel ``twell_spmm_rows`` (8 to 32 lanes per row and up to 1024 columns of
-      16-bit values, by N: :func:`_rows_shape`; the B row of each entry read from L2), after
+      16-bit values, by N and the layout: :func:`_rows_shape`; the B row of each entry read
+      from L2; ``twell_spmv_rows`` for one column, :func:`_spmv_lanes`), after
       ``twell_spmm_overflow_chunks`` when a row's overflow may be long enough to split
       (:func:`_split_chunk`), unless the next way is taken;
     * ``A.toarray() @ b`` by cuBLAS when :func:`twell._layout.dense_product_pays` says so for
@@ -513,11 +514,13 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
               parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
               _i32(parts.data.shape[2]))
+    short = _short_rows(parts, m)
     if n == 1 and variant != "dense":
         out = cupy.empty((m, n), dtype=out_dtype)
-        kernel = _kernels.function("spmm.cu", _expr("twell_spmv", out_dtype))
-        # One warp per row.
-        kernel(_blocks(m, _WARPS), (_BLOCK,), (*common, b, out))
+        lanes = _spmv_lanes(short)
+        kernel = _kernels.function("spmm.cu", _expr_n("twell_spmv_rows", out_dtype, lanes))
+        # One team of `lanes` per row.
+        kernel(_blocks(m, _BLOCK // lanes), (_BLOCK,), (*common, b, out))
         return out
     run_rows = cupy.ones((), dtype=bool)
     if variant == "dense":
@@ -538,7 +541,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
                 run_rows = _nonfinite(b)
                 _spmm_mma(parts, shape, tile_width, b, ~run_rows, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
-    shape = (vec, *_rows_shape(n, out_dtype))
+    shape = (vec, *_rows_shape(n, out_dtype, short))
     column_blocks = int(-(-n // (shape[0] * shape[1] * shape[2])))  # vec * G * C columns each
     teams = 32 // shape[1]  # rows (or overflow chunks) per warp
     # Rows with a long overflow are split (split_row in spmm.cu): the parts of their
@@ -582,25 +585,57 @@ def _split_chunk(n_over, m, n, acc_dtype, out_dtype):
     return chunk if partial_bytes <= m * n * np.dtype(out_dtype).itemsize else 0
 
 
-def _rows_shape(n, dtype):
+#: A layout whose rows have room for at most this many entries, slots (``n_tiles * slots``)
+#: plus an even share of the overflow, is one of short rows (:func:`_short_rows`).
+SHORT_ROW_ENTRIES = 128
+
+
+def _short_rows(parts, m):
+    """Whether the gather kernels take the layout for one of short rows, from its arrays'
+    shapes alone (no sync; the same answer for every product with this matrix).
+
+    Four narrow teams per warp pay on short rows of similar lengths: a team per row in lock
+    step with its neighbours (a stencil). On long or skewed rows (a power-law graph, where
+    ``slots`` follows the long rows) the teams of a warp diverge, and a row's entries are
+    better spread over more lanes: ``benchmarks/NOTES.md``, tenth GPU session.
+    """
+    _, tiles, slots = parts.data.shape
+    return tiles * slots + parts.overflow_indices.size / max(m, 1) <= SHORT_ROW_ENTRIES
+
+
+def _rows_shape(n, dtype, short):
     """(G, C, E) of ``twell_spmm_rows`` for ``n`` output columns (_kernels.SPMM_ROWS_SHAPES):
     G lanes per row, C column chunks and E entries in flight per lane.
 
-    From N and the dtype's vector width alone, never from whether B is aligned: the shape
-    fixes the order of the sums, and a B that needs the VEC = 1 instance must give the
-    same bits. A row of B as wide as 4 warp-wide 16-byte loads takes a warp and one entry per
-    step (the plain order); narrower ones take fewer lanes per row (more rows per warp) and
-    spread the 4 loads a lane keeps in flight over entries: short rows (a stencil's 5) were
-    bound by one dependent load after another, a warp each.
+    From N, the dtype's vector width and the layout's row length (``short``,
+    :func:`_short_rows`), never from whether B is aligned: the shape fixes the order of the
+    sums, and a B that needs the VEC = 1 instance must give the same bits. A row of B as wide
+    as 4 warp-wide 16-byte loads takes a warp and one entry per step (the plain order).
+    Narrower ones take fewer lanes per row (more rows per warp). For long rows the 4 loads a
+    lane keeps in flight go to several entries, so that a long row is not read one dependent
+    load after another; for short rows they go to column chunks, so that the team is as narrow
+    as B allows (8 lanes: 4 rows per warp).
     """
     lanes = -(-n // _kernels.vector_width(dtype))  # 16-byte vectors in a row of B
     if lanes > 64:
         return 32, 4, 1
+    if short:
+        if lanes > 32:
+            return 16, 4, 1
+        if lanes > 16:
+            return 8, 4, 1
+        return (8, 2, 2) if lanes > 8 else (8, 1, 4)
     if lanes > 32:
         return 32, 2, 2
     if lanes > 16:
         return 32, 1, 4
     return (16, 1, 4) if lanes > 8 else (8, 1, 4)
+
+
+def _spmv_lanes(short):
+    """Lanes per row of ``twell_spmv_rows`` (_kernels.SPMV_LANES) for a layout of short rows
+    or not (:func:`_short_rows`)."""
+    return _kernels.SPMV_LANES[0] if short else _kernels.SPMV_LANES[-1]
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):

@@ -85,8 +85,12 @@ MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 
 #: (G, C, E) of the gather SpMM ``twell_spmm_rows``: lanes per row, column chunks per lane,
 #: entries in flight per lane (C * E = 4), widest first; ``_cupy_backend._rows_shape`` picks
-#: one from N.
-SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 1, 4), (8, 1, 4))
+#: one from N and the layout.
+SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), (8, 4, 1),
+                    (8, 2, 2), (8, 1, 4))
+
+#: Lanes per row of the SpMV ``twell_spmv_rows``, narrowest first (``_cupy_backend._spmv_lanes``).
+SPMV_LANES = (8, 32)
 
 #: Every kernel instantiation, by source file.
 INSTANCES = {
@@ -98,7 +102,8 @@ INSTANCES = {
                 for b in SUPPORTED_DTYPES if a != b],
     "spmm.cu": ([f"{k[:-1]}, {g}, {c}, {e}>"
                  for k in _vectored("twell_spmm_rows") + _vectored("twell_spmm_overflow_chunks")
-                 for g, c, e in SPMM_ROWS_SHAPES] + _typed("twell_spmv")
+                 for g, c, e in SPMM_ROWS_SHAPES]
+                + [f"{k[:-1]}, {g}>" for k in _typed("twell_spmv_rows") for g in SPMV_LANES]
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
@@ -169,7 +174,7 @@ def module(name):
 
 
 def function(name, expression):
-    """A kernel of ``name`` by its name expression, e.g. ``twell_spmv<float>``.
+    """A kernel of ``name`` by its name expression, e.g. ``twell_spmv_rows<float, 8>``.
 
     A kernel of an :data:`ARCH_SOURCES` file comes as an :class:`ArchKernel`; asking for one
     on a device of another architecture is a RuntimeError.
