@@ -19,10 +19,11 @@ Every result is checked against the float64 product (``!``: relative error above
 Run from the repository root on an H100/H200:
 
     PYTHONPATH=. timeout 400 python benchmarks/prototypes/spmm_layout_tuning.py \\
-        [--baseline OLD_SPMM.cu]
+        [--baseline OLD_SPMM.cu] [--quick]
 """
 
 import argparse
+import contextlib
 import functools
 import pathlib
 import sys
@@ -76,24 +77,30 @@ class Kernels:
         return self.shipped(name, expression)
 
 
-def product(a, b, short):
-    saved = _cupy_backend.SHORT_ROW_ENTRIES
-    _cupy_backend.SHORT_ROW_ENTRIES = 2**62 if short else -1
+@contextlib.contextmanager
+def patched(name, value):
+    """``_cupy_backend.<name>`` set to ``value`` for the duration."""
+    saved = getattr(_cupy_backend, name)
+    setattr(_cupy_backend, name, value)
     try:
-        return _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, np.dtype(b.dtype),
-                                  variant="rows")
+        yield
     finally:
-        _cupy_backend.SHORT_ROW_ENTRIES = saved
+        setattr(_cupy_backend, name, saved)
+
+
+def rows(a, b):
+    return _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, np.dtype(b.dtype),
+                              variant="rows")
+
+
+def product(a, b, short):
+    with patched("SHORT_ROW_ENTRIES", 2**62 if short else -1):
+        return rows(a, b)
 
 
 def spmv(a, v, lanes):
-    saved = _cupy_backend._spmv_lanes
-    _cupy_backend._spmv_lanes = lambda short: lanes
-    try:
-        return _cupy_backend.spmm(a._parts, a.shape, a.tile_width, v, np.dtype(v.dtype),
-                                  variant="rows")
-    finally:
-        _cupy_backend._spmv_lanes = saved
+    with patched("_spmv_lanes", lambda short: lanes):
+        return rows(a, v)
 
 
 def baseline_spmv(kernels, a, v):
@@ -173,6 +180,8 @@ def spmv_row(kernels, label, x, a, v):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", help="headers-inlined spmm.cu of an earlier commit")
+    parser.add_argument("--quick", action="store_true",
+                        help="float32 at N = 64 and 256, the FFN shape at 99%% only")
     args = parser.parse_args()
     kernels = Kernels(args.baseline)
     base = ["baseline"] if args.baseline else []
@@ -186,7 +195,8 @@ def main():
            ("graph", lambda d: bench.powerlaw_graph(ctx, 10**6, 16.0, 2.0, 7, d)))
     vectors = []
     for name, make in sci:
-        for dtype, widths in ((np.float32, (64, 128, 256, 512)), (np.float64, (64, 256))):
+        for dtype, widths in (((np.float32, (64, 256)),) if args.quick else
+                              ((np.float32, (64, 128, 256, 512)), (np.float64, (64, 256)))):
             x, _ = make(dtype)
             for t in (65536, 4096):
                 a = twell.TwELLMatrix(x, tile_width=t)
@@ -198,7 +208,7 @@ def main():
                 if dtype == np.float32:
                     vectors.append((f"{name} float32 T={t} ({cap:.0f})", x, a))
     ffn = []
-    for s in (0.99, 0.95, 0.9):
+    for s in (0.99,) if args.quick else (0.99, 0.95, 0.9):
         z = _dev.activations(16384, 5632, 2048, s, rng).astype(twell.bfloat16)
         a = twell.TwELLMatrix(z)
         cap = a.n_tiles * a.slots + a.overflow_nnz / a.shape[0]
