@@ -153,18 +153,15 @@ __device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
   const int* row_counts = counts + row * tiles;
   for (long long t0 = 0; t0 < tiles; t0 += kCountWindows * G) {
     int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
-    unsigned nonempty = 0;  // bit w: window w holds entries
-    if (t0 + G < tiles) {  // not for a row of one window (G tiles or fewer): 2% on the graph
-      int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
+    int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
 #pragma unroll
-      for (int w = 1; w < kCountWindows; ++w) {
-        const long long t = t0 + w * G + team.lane;
-        ahead[w - 1] = t < tiles ? row_counts[t] : 0;
-      }
-#pragma unroll
-      for (int w = 1; w < kCountWindows; ++w) nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
+    for (int w = 1; w < kCountWindows; ++w) {
+      const long long t = t0 + w * G + team.lane;
+      ahead[w - 1] = t < tiles ? row_counts[t] : 0;
     }
-    nonempty |= team.any(my_count != 0) ? 1u : 0u;
+    unsigned nonempty = team.any(my_count != 0) ? 1u : 0u;  // bit w: window w holds entries
+#pragma unroll
+    for (int w = 1; w < kCountWindows; ++w) nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
     for (; nonempty != 0; nonempty &= nonempty - 1) {
       const int w = __ffs(nonempty) - 1;
       if (w > 0) {
