@@ -353,16 +353,44 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
   }
 }
 
-// SpMV, y = A @ x. A team of G lanes per row (32 / G rows per warp; the launcher picks G from
-// the layout: _cupy_backend._spmv_lanes): the row's slot entries as twell_spmm_rows takes
-// them (for_each_slot_batch), each lane multiplying the entry it holds by x at its column,
-// then its overflow entries, kSpmvLoads per lane in flight; the lanes' sums are added by a
-// fixed butterfly (deterministic). Until the tenth GPU session a warp took each row and read
-// every slot of every tile, empty or not, one 64-bit division per slot: 0.50 ms on the
+// SpMV, y = A @ x: twell_spmv_rows (a team of G lanes per row) for layouts of long rows,
+// twell_spmv_thread_rows (a thread per row) for those of short rows; the launcher picks one
+// from the layout's shape (_cupy_backend._spmv_lanes).
+constexpr int kSpmvLoads = 4;  // entries, and then their x values, a lane reads at once
+
+// The lane's share of sum_j values[j] * x[column(j)] over j0 <= j < j1: entries
+// j0 + lane, j0 + lane + G, ..., kSpmvLoads of them in flight, added in that order (every
+// lane of the team calls it, with the same j0 and j1; nothing is shuffled).
+template <typename T, int G, typename Column>
+__device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, long long j0,
+                                                        long long j1,
+                                                        const T* __restrict__ values,
+                                                        Column column,
+                                                        const T* __restrict__ x) {
+  using Acc = typename Value<T>::Acc;
+  Acc acc = Acc(0);
+  for (; j0 < j1; j0 += kSpmvLoads * G) {
+    Acc products[kSpmvLoads];
+#pragma unroll
+    for (int k = 0; k < kSpmvLoads; ++k) {
+      const long long j = j0 + k * G + team.lane;
+      // Past the run nothing is read or multiplied (0 * Inf would be NaN).
+      products[k] = j < j1 ? Value<T>::to_acc(values[j]) * Value<T>::to_acc(x[column(j)])
+                           : Acc(0);
+    }
+#pragma unroll
+    for (int k = 0; k < kSpmvLoads; ++k) acc += products[k];
+  }
+  return acc;
+}
+
+// A team of G lanes per row (32 / G rows per warp): the row's slot entries as
+// twell_spmm_rows takes them (for_each_slot_batch), each lane multiplying the entry it
+// holds by x at its column, then its overflow entries (dot_run); the lanes' sums are added
+// by a fixed butterfly (deterministic). Until the tenth GPU session a warp took each row and
+// read every slot of every tile, empty or not, one 64-bit division per slot: 0.50 ms on the
 // 10^6-row Poisson stencil, against 0.03 for cuSPARSE.
 // Grid: ceil(M / (blockDim.x / G)).
-constexpr int kSpmvLoads = 4;
-
 template <typename T, int G>
 __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restrict__ data,
                                 const unsigned short* __restrict__ indices,
@@ -386,21 +414,80 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
                               if (team.lane < len)
                                 acc += entry.value * Value<T>::to_acc(x[entry.column]);
                             });
-  for (long long j0 = o_start; j0 < o_end; j0 += kSpmvLoads * G) {
-    Acc products[kSpmvLoads];
-#pragma unroll
-    for (int k = 0; k < kSpmvLoads; ++k) {
-      const long long j = j0 + k * G + team.lane;
-      // Past the row nothing is read or multiplied (0 * Inf would be NaN).
-      products[k] = j < o_end ? Value<T>::to_acc(overflow_data[j]) *
-                                    Value<T>::to_acc(x[overflow_indices[j]])
-                              : Acc(0);
-    }
-#pragma unroll
-    for (int k = 0; k < kSpmvLoads; ++k) acc += products[k];
-  }
+  acc += dot_run<T, G>(team, o_start, o_end, overflow_data,
+                       [&](long long j) { return overflow_indices[j]; }, x);
   acc = team.sum(acc);
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
+}
+
+// Threads per block of twell_spmv_thread_rows (the launcher's block), and blocks per SM its
+// register cap allows: 64 registers, 32 warps per SM (uncapped the prototype took 94-96
+// registers, 20 warps: too few rows in flight for a latency-bound kernel).
+constexpr int kSpmvBlock = 256;
+constexpr int kSpmvBlocksPerSM = 4;
+// Counts a thread reads at once, and the longest overflow a thread sums alone.
+constexpr int kSpmvCountsAhead = 8;
+constexpr int kSpmvOwnOverflow = 16;
+
+// A thread per row, for layouts whose rows have room for few entries (a stencil, the paper's
+// activations at 99%): the chain per row is counts -> entries -> x, as CSR's is indptr ->
+// entries -> x, with no shuffles, where a team's was count -> vote -> scan and search by
+// shuffles -> entry -> x -> butterfly (the stencil at tile width 65536: 0.081 ms against
+// 0.155, eleventh GPU session). The counts of kSpmvCountsAhead tiles are read at once, then
+// each non-empty tile's entries kSpmvLoads at a time (dot_run with a team of one), summed in
+// the plain order: tiles, then slots, then the overflow. An overflow longer than
+// kSpmvOwnOverflow entries is summed by the whole warp, one such row after another
+// (dot_run over 32 lanes, then the butterfly, added to the row's sum by its thread): a hub
+// row among short ones would otherwise be one thread's serial work.
+// Grid: ceil(M / kSpmvBlock), blocks of kSpmvBlock threads.
+template <typename T>
+__global__ void __launch_bounds__(kSpmvBlock, kSpmvBlocksPerSM)
+twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ data,
+                       const unsigned short* __restrict__ indices,
+                       const long long* __restrict__ overflow_indptr,
+                       const int* __restrict__ overflow_indices,
+                       const T* __restrict__ overflow_data, long long n_rows, long long n_cols,
+                       int tile_width, int slots, const T* __restrict__ x,
+                       T* __restrict__ y) {
+  using Acc = typename Value<T>::Acc;
+  const int lane = threadIdx.x % kWarp;
+  const long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row - lane >= n_rows) return;  // the whole warp: the others vote below
+  const bool live = row < n_rows;
+  const long long tiles = n_tiles(n_cols, tile_width);
+  long long o_start = 0, o_end = 0;
+  Acc acc = Acc(0);
+  if (live) {
+    o_start = overflow_indptr[row];
+    o_end = overflow_indptr[row + 1];
+    const Team<1> self(lane);
+    const int* __restrict__ row_counts = counts + row * tiles;
+    for (long long t0 = 0; t0 < tiles; t0 += kSpmvCountsAhead) {
+      int c[kSpmvCountsAhead];
+#pragma unroll
+      for (int k = 0; k < kSpmvCountsAhead; ++k) c[k] = t0 + k < tiles ? row_counts[t0 + k] : 0;
+#pragma unroll
+      for (int k = 0; k < kSpmvCountsAhead; ++k) {
+        const long long col0 = (t0 + k) * tile_width, base = (row * tiles + t0 + k) * slots;
+        acc += dot_run<T, 1>(self, base, base + c[k], data,
+                             [&](long long j) { return static_cast<int>(col0 + indices[j]); },
+                             x);
+      }
+    }
+    if (o_end - o_start <= kSpmvOwnOverflow)
+      acc += dot_run<T, 1>(self, o_start, o_end, overflow_data,
+                           [&](long long j) { return overflow_indices[j]; }, x);
+  }
+  const Team<kWarp> warp(lane);
+  for (unsigned long_rows = __ballot_sync(kFullMask, o_end - o_start > kSpmvOwnOverflow);
+       long_rows != 0u; long_rows &= long_rows - 1u) {
+    const int owner = __ffs(long_rows) - 1;
+    const Acc part = warp.sum(dot_run<T, kWarp>(
+        warp, warp.shfl(o_start, owner), warp.shfl(o_end, owner), overflow_data,
+        [&](long long j) { return overflow_indices[j]; }, x));
+    if (lane == owner) acc += part;
+  }
+  if (live) y[row] = Value<T>::from_acc(acc);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -229,15 +229,17 @@ def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
                          ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("short", [False, True], ids=["32-lanes", "8-lanes"])
+@pytest.mark.parametrize("lanes", _kernels.SPMV_LANES, ids=lambda g: f"{g}-lanes")
 @pytest.mark.parametrize(("tile_width", "slots"), [(16, 2), (256, 3), (4096, 1)])
-def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, dtype, short,
+def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, dtype, lanes,
                                                               tile_width, slots):
-    # twell_spmv_rows takes a team of 8 or 32 lanes per row (_cupy_backend._spmv_lanes):
-    # rows empty, short, spanning windows of empty tiles (4 windows of counts are read at
-    # once: 288 tiles at tile width 16) and with an overflow long enough for several rounds
-    # of 4 loads per lane. Within rounding of the float64 product, every element written.
-    force_short_rows(monkeypatch, short)
+    # The SpMV takes a thread per row (twell_spmv_thread_rows) or a team of 32 lanes
+    # (twell_spmv_rows), by the layout (_cupy_backend._spmv_lanes): rows empty, short,
+    # spanning windows of empty tiles (4 windows of counts are read at once: 288 tiles at
+    # tile width 16), with an overflow a thread sums alone (at most 16 entries) and one the
+    # warp sums (several such rows in one warp), long enough for several rounds of 4 loads
+    # per lane. Within rounding of the float64 product, every element written.
+    monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda parts, m: lanes)
     k = 4608
     lengths = [0, 1, 5, 0, 37, 300, 1500, 2, 0, 129, 4000, 17]
     x = np.zeros((len(lengths) * 7, k))  # every length at 7 row offsets within a warp
@@ -257,6 +259,18 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
                              np.dtype(dtype), variant="rows")
     got = got.get().ravel().astype(np.float64)
     assert np.all(np.abs(got - want) <= tol * scale)
+
+
+@pytest.mark.parametrize(("slots", "tile_width", "lanes"),
+                         [(5, 65536, 1), (10, 16384, 1), (1, 512, 1), (2, 256, 32),
+                          (3, 256, 32)])
+def test_spmv_takes_a_thread_per_row_when_rows_have_room_for_few_entries(rng, slots,
+                                                                         tile_width, lanes):
+    # The rule reads the layout's shape (n_tiles * slots, plus the overflow's even share):
+    # at most SPMV_THREAD_ROW_ENTRIES = 256 entries a row take a thread per row.
+    x = _activations(rng, 64, 65536, 0.0005, np.float32)
+    a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
+    assert _cupy_backend._spmv_lanes(a._parts, a.shape[0]) == lanes
 
 
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])

@@ -475,7 +475,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
 
     * the gather kernel ``twell_spmm_rows`` (8 to 32 lanes per row and up to 1024 columns of
       16-bit values, by N and the layout: :func:`_rows_shape`; the B row of each entry read
-      from L2; ``twell_spmv_rows`` for one column, :func:`_spmv_lanes`), after
+      from L2; for one column ``twell_spmv_thread_rows`` or ``twell_spmv_rows``,
+      :func:`_spmv_lanes`), after
       ``twell_spmm_overflow_chunks`` when a row's overflow may be long enough to split
       (:func:`_split_chunk`), unless the next way is taken;
     * ``A.toarray() @ b`` by cuBLAS when :func:`twell._layout.dense_product_pays` says so for
@@ -514,12 +515,13 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
               parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
               _i32(parts.data.shape[2]))
-    short = _short_rows(parts, m)
     if n == 1 and variant != "dense":
         out = cupy.empty((m, n), dtype=out_dtype)
-        lanes = _spmv_lanes(short)
-        kernel = _kernels.function("spmm.cu", _expr_n("twell_spmv_rows", out_dtype, lanes))
-        # One team of `lanes` per row.
+        lanes = _spmv_lanes(parts, m)
+        if lanes == 1:  # a thread per row (kSpmvBlock = _BLOCK)
+            kernel = _kernels.function("spmm.cu", _expr("twell_spmv_thread_rows", out_dtype))
+        else:  # a team of `lanes` per row
+            kernel = _kernels.function("spmm.cu", _expr_n("twell_spmv_rows", out_dtype, lanes))
         kernel(_blocks(m, _BLOCK // lanes), (_BLOCK,), (*common, b, out))
         return out
     run_rows = cupy.ones((), dtype=bool)
@@ -541,7 +543,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
                 run_rows = _nonfinite(b)
                 _spmm_mma(parts, shape, tile_width, b, ~run_rows, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
-    shape = (vec, *_rows_shape(n, out_dtype, short))
+    shape = (vec, *_rows_shape(n, out_dtype, _short_rows(parts, m)))
     column_blocks = int(-(-n // (shape[0] * shape[1] * shape[2])))  # vec * G * C columns each
     teams = 32 // shape[1]  # rows (or overflow chunks) per warp
     # Rows with a long overflow are split (split_row in spmm.cu): the parts of their
@@ -589,18 +591,27 @@ def _split_chunk(n_over, m, n, acc_dtype, out_dtype):
 #: plus an even share of the overflow, is one of short rows (:func:`_short_rows`).
 SHORT_ROW_ENTRIES = 128
 
+#: A layout whose rows have room for at most this many entries takes the SpMV with a thread
+#: per row (:func:`_spmv_lanes`).
+SPMV_THREAD_ROW_ENTRIES = 256
+
+
+def _row_room(parts, m):
+    """Entries a row of the layout has room for: ``n_tiles * slots`` plus an even share of
+    the overflow. From the arrays' shapes alone (no sync; the same for every product)."""
+    _, tiles, slots = parts.data.shape
+    return tiles * slots + parts.overflow_indices.size / max(m, 1)
+
 
 def _short_rows(parts, m):
-    """Whether the gather kernels take the layout for one of short rows, from its arrays'
-    shapes alone (no sync; the same answer for every product with this matrix).
+    """Whether the gather kernels take the layout for one of short rows.
 
     Four narrow teams per warp pay on short rows of similar lengths: a team per row in lock
     step with its neighbours (a stencil). On long or skewed rows (a power-law graph, where
     ``slots`` follows the long rows) the teams of a warp diverge, and a row's entries are
     better spread over more lanes: ``benchmarks/NOTES.md``, tenth GPU session.
     """
-    _, tiles, slots = parts.data.shape
-    return tiles * slots + parts.overflow_indices.size / max(m, 1) <= SHORT_ROW_ENTRIES
+    return _row_room(parts, m) <= SHORT_ROW_ENTRIES
 
 
 def _rows_shape(n, dtype, short):
@@ -632,10 +643,20 @@ def _rows_shape(n, dtype, short):
     return (16, 1, 4) if lanes > 8 else (8, 1, 4)
 
 
-def _spmv_lanes(short):
-    """Lanes per row of ``twell_spmv_rows`` (_kernels.SPMV_LANES) for a layout of short rows
-    or not (:func:`_short_rows`)."""
-    return _kernels.SPMV_LANES[0] if short else _kernels.SPMV_LANES[-1]
+def _spmv_lanes(parts, m):
+    """Lanes per row of the SpMV (_kernels.SPMV_LANES): 1 (``twell_spmv_thread_rows``) when
+    the layout's rows have room for at most SPMV_THREAD_ROW_ENTRIES entries, else a team of
+    32 (``twell_spmv_rows``).
+
+    A thread per row shortens the chain of dependent loads per row and wins on short rows:
+    the stencil at tile width 65536 (room 80) 0.081 ms against 0.155 for a team of 8, the
+    paper's activations at 99% (room ~140) 0.021 against 0.037. A team wins on long rows: the
+    power-law graph (room 464) 0.48 against 1.08, the activations at 90% (room ~700) 0.045
+    against 0.169; at room 1225 (the stencil at tile width 4096) the two are even, 0.49
+    (H200, eleventh GPU session; a team of 8 was never the fastest).
+    """
+    room = _row_room(parts, m)
+    return _kernels.SPMV_LANES[0] if room <= SPMV_THREAD_ROW_ENTRIES else _kernels.SPMV_LANES[-1]
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):

@@ -89,8 +89,9 @@ MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), (8, 4, 1),
                     (8, 2, 2), (8, 1, 4))
 
-#: Lanes per row of the SpMV ``twell_spmv_rows``, narrowest first (``_cupy_backend._spmv_lanes``).
-SPMV_LANES = (8, 32)
+#: Lanes per row of the SpMV, narrowest first (``_cupy_backend._spmv_lanes``): 1 is
+#: ``twell_spmv_thread_rows`` (a thread per row), the others ``twell_spmv_rows`` (a team).
+SPMV_LANES = (1, 32)
 
 #: Every kernel instantiation, by source file.
 INSTANCES = {
@@ -103,7 +104,8 @@ INSTANCES = {
     "spmm.cu": ([f"{k[:-1]}, {g}, {c}, {e}>"
                  for k in _vectored("twell_spmm_rows") + _vectored("twell_spmm_overflow_chunks")
                  for g, c, e in SPMM_ROWS_SHAPES]
-                + [f"{k[:-1]}, {g}>" for k in _typed("twell_spmv_rows") for g in SPMV_LANES]
+                + [f"{k[:-1]}, {g}>" for k in _typed("twell_spmv_rows") for g in SPMV_LANES[1:]]
+                + _typed("twell_spmv_thread_rows")
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES

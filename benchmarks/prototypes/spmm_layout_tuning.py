@@ -3,17 +3,17 @@
 Open question 1 of benchmarks/NOTES.md (tenth session): short rows (the Poisson stencil)
 want narrow teams with column chunks, long or skewed rows (the power-law graph) the shapes
 picked from N alone. The launcher now tells them apart by the layout's array shapes
-(``_cupy_backend._short_rows``: room for at most ``SHORT_ROW_ENTRIES`` entries a row) and
-``twell_spmv_rows`` takes a team of 8 or 32 lanes by the same test. This script times, on the
-same inputs in one process:
+(``_cupy_backend._short_rows``: room for at most ``SHORT_ROW_ENTRIES`` entries a row); the
+SpMV takes a thread per row or a team of 32 lanes by a test of the same kind
+(``_cupy_backend._spmv_lanes``). This script times, on the same inputs in one process:
 
 * the SpMM through the shipped launcher with the layout taken for one of long rows and for
   one of short rows (the rule's pick is starred), against torch's CSR (cuSPARSE) and, with
   ``--baseline FILE`` (the headers-inlined ``spmm.cu`` of an earlier commit, e.g. from
   ``_kernels.source_text`` there), that commit's kernel with the long-row shape: the same
   order of sums, so its bits must match (``=``);
-* the SpMV with teams of 8, 16 and 32 lanes, against torch's CSR and the baseline's
-  ``twell_spmv`` (a warp per row) when given.
+* the SpMV with a thread per row (``twell_spmv_thread_rows``) and teams of 8, 16 and 32
+  lanes, against torch's CSR and the baseline's ``twell_spmv`` (a warp per row) when given.
 
 Every result is checked against the float64 product (``!``: relative error above 1e-2).
 Run from the repository root on an H100/H200:
@@ -43,7 +43,7 @@ import bench  # noqa: E402
 median_ms = functools.partial(_dev.timed, reps=15)
 CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
           twell.bfloat16: "__nv_bfloat16"}
-LANES = (8, 16, 32)
+LANES = (1, 8, 16, 32)  # SpMV lanes per row; 1: twell_spmv_thread_rows
 
 
 class Kernels:
@@ -53,7 +53,7 @@ class Kernels:
     def __init__(self, baseline):
         self.shipped = _kernels.function
         self.mode = "current"
-        exprs = [f"twell_spmv_rows<{c}, {g}>" for c in CTYPES.values() for g in LANES]
+        exprs = [f"twell_spmv_rows<{c}, {g}>" for c in CTYPES.values() for g in LANES[1:]]
         self.current = cupy.RawModule(code=_kernels.source_text("spmm.cu"),
                                       options=_kernels.OPTIONS, name_expressions=exprs)
         self.current_exprs = set(exprs)
@@ -99,7 +99,7 @@ def product(a, b, short):
 
 
 def spmv(a, v, lanes):
-    with patched("_spmv_lanes", lambda short: lanes):
+    with patched("_spmv_lanes", lambda parts, m: lanes):
         return rows(a, v)
 
 
@@ -166,7 +166,7 @@ def spmm_row(kernels, label, x, a, b):
 
 def spmv_row(kernels, label, x, a, v):
     want = x.astype(np.float64) @ v.astype(np.float64)
-    pick = _cupy_backend._spmv_lanes(_cupy_backend._short_rows(a._parts, a.shape[0]))
+    pick = _cupy_backend._spmv_lanes(a._parts, a.shape[0])
     cells = [cell(lambda g=g: spmv(a, v, g), want)[0] + ("*" if g == pick else " ")
              for g in LANES]
     if kernels.baseline is not None:
