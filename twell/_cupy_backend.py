@@ -53,14 +53,25 @@ def _dense_vec(dense, tile_width):
     return _vec(dense.dtype, dense.shape[1] % v == 0, tile_width % v == 0, _aligned(dense))
 
 
-def _empty_parts(m, nt, slots, dtype, slot_fill=cupy.zeros):
-    return Parts(
+def _empty_parts(m, nt, slots, dtype, slot_fill=cupy.zeros, overflow=True):
+    """Parts of an ``M x n_tiles x slots`` layout: the slot arrays from ``slot_fill``, an
+    empty overflow part (``overflow``) or none yet (its three arrays None)."""
+    parts = Parts(
         slot_fill((m, nt), dtype=_layout.COUNT_DTYPE),
         slot_fill((m, nt, slots), dtype=dtype),
         slot_fill((m, nt, slots), dtype=_layout.INDEX_DTYPE),
-        cupy.zeros(m + 1, dtype=_layout.OVERFLOW_INDPTR_DTYPE),
-        cupy.zeros(0, dtype=_layout.OVERFLOW_INDEX_DTYPE),
-        cupy.zeros(0, dtype=dtype),
+        None, None, None,
+    )
+    return _no_overflow(parts) if overflow else parts
+
+
+def _no_overflow(parts):
+    """``parts`` with an empty overflow part."""
+    return parts._replace(
+        overflow_indptr=cupy.zeros(parts.counts.shape[0] + 1,
+                                   dtype=_layout.OVERFLOW_INDPTR_DTYPE),
+        overflow_indices=cupy.zeros(0, dtype=_layout.OVERFLOW_INDEX_DTYPE),
+        overflow_data=cupy.zeros(0, dtype=parts.data.dtype),
     )
 
 
@@ -197,9 +208,10 @@ def tile_counts_dense(dense, tile_width):
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
-    parts = _empty_parts(0, 0, 1, dense.dtype)
-    _launch_pack_dense(dense, tile_width, 1, _MODE_COUNT, totals, parts, parts.overflow_indptr,
-                       _overflow_counter())  # kModeCount does not touch the counter
+    # kModeCount writes the totals alone: no slots, no overflow, no counter.
+    parts = _empty_parts(0, 0, 1, dense.dtype, slot_fill=cupy.empty, overflow=False)
+    _launch_pack_dense(dense, tile_width, 1, _MODE_COUNT, totals, parts, None,
+                       cupy.empty(0, dtype=np.uint64))
     return totals
 
 
@@ -214,15 +226,15 @@ def pack_dense(dense, tile_width, slots, n_over=None):
     """
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
-    parts = _empty_parts(m, nt, slots, dense.dtype, slot_fill=cupy.empty)
+    # The overflow part is made after the launch: the kernel need not wait for its memset.
+    parts = _empty_parts(m, nt, slots, dense.dtype, slot_fill=cupy.empty, overflow=False)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
     counter = _overflow_counter()
-    _launch_pack_dense(dense, tile_width, slots, _MODE_SLOTS, totals, parts,
-                       parts.overflow_indptr, counter)
+    _launch_pack_dense(dense, tile_width, slots, _MODE_SLOTS, totals, parts, None, counter)
     if n_over is None:
         n_over = _overflow_size(counter)
     if n_over == 0:
-        return parts
+        return _no_overflow(parts)
     offset = _overflow_offsets(totals, slots)
     parts = _with_overflow(parts, offset, n_over, nt)
     _launch_pack_dense(dense, tile_width, slots, _MODE_OVERFLOW, totals, parts, offset, counter)
