@@ -425,65 +425,20 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
 // registers, 20 warps: too few rows in flight for a latency-bound kernel).
 constexpr int kSpmvBlock = 256;
 constexpr int kSpmvBlocksPerSM = 4;
-// Counts a thread reads at once, entries it reads before their x values (4 for float64: 8
-// spilled 24-40 bytes at the register cap), and the longest overflow it sums alone.
+// Counts a thread reads at once, and the longest overflow a thread sums alone.
 constexpr int kSpmvCountsAhead = 8;
-template <typename T> __host__ __device__ constexpr int spmv_batch() {
-  return sizeof(T) > 4 ? 4 : 8;
-}
 constexpr int kSpmvOwnOverflow = 16;
 
-// Where entry j of a thread's run lies: its place in the values array and its column.
-struct Place {
-  long long at;
-  int column;
-};
-
-// acc += values[place(j).at] * x[place(j).column] for j0 <= j < j1, one after another:
-// spmv_batch<T>() entries read, then their x values, then the products added in order.
-template <typename T, typename Locate>
-__device__ __forceinline__ void thread_dot(long long j0, long long j1,
-                                           const T* __restrict__ values, Locate place,
-                                           const T* __restrict__ x,
-                                           typename Value<T>::Acc& acc) {
-  constexpr int kSpmvBatch = spmv_batch<T>();
-  for (; j0 < j1; j0 += kSpmvBatch) {
-    T v[kSpmvBatch];
-    int col[kSpmvBatch];  // -1 past the run
-#pragma unroll
-    for (int u = 0; u < kSpmvBatch; ++u) {
-      v[u] = Value<T>::zero();
-      col[u] = -1;
-      if (j0 + u < j1) {
-        const Place p = place(j0 + u);
-        v[u] = values[p.at];
-        col[u] = p.column;
-      }
-    }
-    T xv[kSpmvBatch];
-#pragma unroll
-    for (int u = 0; u < kSpmvBatch; ++u) xv[u] = col[u] >= 0 ? x[col[u]] : Value<T>::zero();
-#pragma unroll
-    for (int u = 0; u < kSpmvBatch; ++u) {
-      // Past the run nothing is multiplied (0 * Inf would be NaN).
-      if (col[u] >= 0) acc += Value<T>::to_acc(v[u]) * Value<T>::to_acc(xv[u]);
-    }
-  }
-}
-
-// A thread per row, for layouts of rows with few entries (a stencil, a graph of low mean
-// degree, the paper's activations at 99%): the chain per count batch is counts -> entries ->
-// x, as CSR's is indptr -> entries -> x, with no shuffles, where a team's was count -> vote ->
-// scan and search by shuffles -> entry -> x -> butterfly. The counts of kSpmvCountsAhead
-// tiles are read at once; their prefix sums, unrolled in registers, say which tile and slot
-// each of the batch's entries lies in, so that the thread reads spmv_batch<T>() entries of
-// the batch whatever tiles hold them, then their x values (walking the non-empty tiles one after
-// another made a chain per tile: the stencil at tile width 65536 0.077 ms against 0.074, the
-// graph at 4096 1.83 against 1.12; eleventh GPU session). Summed in the plain order: tiles,
-// then slots, then the overflow. An overflow longer than kSpmvOwnOverflow entries is summed by
-// the whole warp, one such row after another (dot_run over 32 lanes, then the butterfly,
-// added to the row's sum by its thread): a hub row among short ones would otherwise be one
-// thread's serial work.
+// A thread per row, for layouts whose rows have room for few entries (a stencil, the paper's
+// activations at 99%): the chain per row is counts -> entries -> x, as CSR's is indptr ->
+// entries -> x, with no shuffles, where a team's was count -> vote -> scan and search by
+// shuffles -> entry -> x -> butterfly (the stencil at tile width 65536: 0.081 ms against
+// 0.155, eleventh GPU session). The counts of kSpmvCountsAhead tiles are read at once, then
+// each non-empty tile's entries kSpmvLoads at a time (dot_run with a team of one), summed in
+// the plain order: tiles, then slots, then the overflow. An overflow longer than
+// kSpmvOwnOverflow entries is summed by the whole warp, one such row after another
+// (dot_run over 32 lanes, then the butterfly, added to the row's sum by its thread): a hub
+// row among short ones would otherwise be one thread's serial work.
 // Grid: ceil(M / kSpmvBlock), blocks of kSpmvBlock threads.
 template <typename T>
 __global__ void __launch_bounds__(kSpmvBlock, kSpmvBlocksPerSM)
@@ -505,31 +460,23 @@ twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ dat
   if (live) {
     o_start = overflow_indptr[row];
     o_end = overflow_indptr[row + 1];
+    const Team<1> self(lane);
     const int* __restrict__ row_counts = counts + row * tiles;
     for (long long t0 = 0; t0 < tiles; t0 += kSpmvCountsAhead) {
-      int start[kSpmvCountsAhead + 1];  // start[k]: the batch's entries before tile t0 + k
-      start[0] = 0;
+      int c[kSpmvCountsAhead];
 #pragma unroll
-      for (int k = 0; k < kSpmvCountsAhead; ++k)
-        start[k + 1] = start[k] + (t0 + k < tiles ? row_counts[t0 + k] : 0);
-      // Entry e of the batch: tile t0 + k, k the number of tiles of the batch that end at or
-      // before it, slot e - start[k] (a select chain keeps start[] in registers).
-      const long long base = (row * tiles + t0) * slots;
-      thread_dot<T>(0, start[kSpmvCountsAhead], data, [&](long long e) {
-        int k = 0, first = 0;
+      for (int k = 0; k < kSpmvCountsAhead; ++k) c[k] = t0 + k < tiles ? row_counts[t0 + k] : 0;
 #pragma unroll
-        for (int q = 1; q < kSpmvCountsAhead; ++q) {
-          const bool past = start[q] <= e;
-          k += past;
-          first = past ? start[q] : first;
-        }
-        const long long at = base + k * slots + (e - first);
-        return Place{at, static_cast<int>((t0 + k) * tile_width + indices[at])};
-      }, x, acc);
+      for (int k = 0; k < kSpmvCountsAhead; ++k) {
+        const long long col0 = (t0 + k) * tile_width, base = (row * tiles + t0 + k) * slots;
+        acc += dot_run<T, 1>(self, base, base + c[k], data,
+                             [&](long long j) { return static_cast<int>(col0 + indices[j]); },
+                             x);
+      }
     }
     if (o_end - o_start <= kSpmvOwnOverflow)
-      thread_dot<T>(o_start, o_end, overflow_data,
-                    [&](long long j) { return Place{j, overflow_indices[j]}; }, x, acc);
+      acc += dot_run<T, 1>(self, o_start, o_end, overflow_data,
+                           [&](long long j) { return overflow_indices[j]; }, x);
   }
   const Team<kWarp> warp(lane);
   for (unsigned long_rows = __ballot_sync(kFullMask, o_end - o_start > kSpmvOwnOverflow);

@@ -239,7 +239,7 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
     # tile width 16), with an overflow a thread sums alone (at most 16 entries) and one the
     # warp sums (several such rows in one warp), long enough for several rounds of 4 loads
     # per lane. Within rounding of the float64 product, every element written.
-    monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda parts, m, nnz_hint=None: lanes)
+    monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda parts, m: lanes)
     k = 4608
     lengths = [0, 1, 5, 0, 37, 300, 1500, 2, 0, 129, 4000, 17]
     x = np.zeros((len(lengths) * 7, k))  # every length at 7 row offsets within a warp
@@ -264,21 +264,13 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
 @pytest.mark.parametrize(("slots", "tile_width", "lanes"),
                          [(5, 65536, 1), (10, 16384, 1), (1, 512, 1), (2, 256, 32),
                           (3, 256, 32)])
-def test_spmv_takes_a_thread_per_row_for_rows_of_few_entries(rng, slots, tile_width, lanes):
-    # Without an entry count, the rule reads the layout's shape (n_tiles * slots, plus the
-    # overflow's even share): room for at most SPMV_THREAD_ROW_ENTRIES = 256 entries a row
-    # takes a thread per row. With the count known from construction, the mean row length
-    # decides (at most SPMV_THREAD_ROW_NNZ = 64), whatever the room.
+def test_spmv_takes_a_thread_per_row_when_rows_have_room_for_few_entries(rng, slots,
+                                                                         tile_width, lanes):
+    # The rule reads the layout's shape (n_tiles * slots, plus the overflow's even share):
+    # at most SPMV_THREAD_ROW_ENTRIES = 256 entries a row take a thread per row.
     x = _activations(rng, 64, 65536, 0.0005, np.float32)
     a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
-    m = a.shape[0]
-    assert _cupy_backend._spmv_lanes(a._parts, m) == lanes
-    assert _cupy_backend._spmv_lanes(a._parts, m, nnz_hint=64 * m) == 1
-    assert _cupy_backend._spmv_lanes(a._parts, m, nnz_hint=64 * m + 1) == 32
-    # A @ v passes the count of a matrix built with slots="auto" (~33 entries a row here).
-    auto = twell.TwELLMatrix(x, tile_width=256)
-    assert auto._nnz_hint == int(cupy.count_nonzero(x))
-    assert _cupy_backend._spmv_lanes(auto._parts, m, auto._nnz_hint) == 1
+    assert _cupy_backend._spmv_lanes(a._parts, a.shape[0]) == lanes
 
 
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])

@@ -529,7 +529,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
               _i32(parts.data.shape[2]))
     if n == 1 and variant != "dense":
         out = cupy.empty((m, n), dtype=out_dtype)
-        lanes = _spmv_lanes(parts, m, nnz_hint)
+        lanes = _spmv_lanes(parts, m)
         if lanes == 1:  # a thread per row (kSpmvBlock = _BLOCK)
             kernel = _kernels.function("spmm.cu", _expr("twell_spmv_thread_rows", out_dtype))
         else:  # a team of `lanes` per row
@@ -603,10 +603,8 @@ def _split_chunk(n_over, m, n, acc_dtype, out_dtype):
 #: plus an even share of the overflow, is one of short rows (:func:`_short_rows`).
 SHORT_ROW_ENTRIES = 128
 
-#: The SpMV takes a thread per row (:func:`_spmv_lanes`) when the rows hold at most
-#: SPMV_THREAD_ROW_NNZ entries on average (when the entry count is known from construction),
-#: else when they have room for at most SPMV_THREAD_ROW_ENTRIES.
-SPMV_THREAD_ROW_NNZ = 64
+#: A layout whose rows have room for at most this many entries takes the SpMV with a thread
+#: per row (:func:`_spmv_lanes`).
 SPMV_THREAD_ROW_ENTRIES = 256
 
 
@@ -657,26 +655,20 @@ def _rows_shape(n, dtype, short):
     return (16, 1, 4) if lanes > 8 else (8, 1, 4)
 
 
-def _spmv_lanes(parts, m, nnz_hint=None):
-    """Lanes per row of the SpMV (_kernels.SPMV_LANES): 1 (``twell_spmv_thread_rows``) for
-    rows of few entries, else a team of 32 (``twell_spmv_rows``).
+def _spmv_lanes(parts, m):
+    """Lanes per row of the SpMV (_kernels.SPMV_LANES): 1 (``twell_spmv_thread_rows``) when
+    the layout's rows have room for at most SPMV_THREAD_ROW_ENTRIES entries, else a team of
+    32 (``twell_spmv_rows``).
 
-    Few entries: at most SPMV_THREAD_ROW_NNZ a row on average when ``nnz_hint`` (A's entry
-    count, known without reading the GPU) is given, else room for at most
-    SPMV_THREAD_ROW_ENTRIES (:func:`_row_room`, from the arrays' shapes). A stale hint (the
-    storage arrays edited in place) picks the slower kernel, never a wrong result.
-    A thread per row shortens the chain of dependent loads per row; a team spreads a long
-    row over 32 lanes. H200, eleventh GPU session (ms, thread against team): the stencil at
-    tile width 65536 (5 entries a row, room 80) 0.074 / 0.363, at 4096 0.497 / 0.481; the
-    power-law graph (16 a row, room 464 and 735: ``slots`` follows its long rows) 0.468 /
-    0.484 and 1.115 / 1.596; the paper's activations at 99% (56 a row) 0.019 / 0.019, at 90%
-    (563 a row, room 709) 0.156 / 0.045.
+    A thread per row shortens the chain of dependent loads per row and wins on short rows:
+    the stencil at tile width 65536 (room 80) 0.081 ms against 0.155 for a team of 8, the
+    paper's activations at 99% (room ~140) 0.021 against 0.037. A team wins on long rows: the
+    power-law graph (room 464) 0.48 against 1.08, the activations at 90% (room ~700) 0.045
+    against 0.169; at room 1225 (the stencil at tile width 4096) the two are even, 0.49
+    (H200, eleventh GPU session; a team of 8 was never the fastest).
     """
-    if nnz_hint is not None:
-        few = nnz_hint <= SPMV_THREAD_ROW_NNZ * m
-    else:
-        few = _row_room(parts, m) <= SPMV_THREAD_ROW_ENTRIES
-    return _kernels.SPMV_LANES[0] if few else _kernels.SPMV_LANES[-1]
+    room = _row_room(parts, m)
+    return _kernels.SPMV_LANES[0] if room <= SPMV_THREAD_ROW_ENTRIES else _kernels.SPMV_LANES[-1]
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):

@@ -99,7 +99,7 @@ def product(a, b, short):
 
 
 def spmv(a, v, lanes):
-    with patched("_spmv_lanes", lambda parts, m, nnz_hint=None: lanes):
+    with patched("_spmv_lanes", lambda parts, m: lanes):
         return rows(a, v)
 
 
@@ -166,7 +166,7 @@ def spmm_row(kernels, label, x, a, b):
 
 def spmv_row(kernels, label, x, a, v):
     want = x.astype(np.float64) @ v.astype(np.float64)
-    pick = _cupy_backend._spmv_lanes(a._parts, a.shape[0], a._nnz_hint)
+    pick = _cupy_backend._spmv_lanes(a._parts, a.shape[0])
     cells = [cell(lambda g=g: spmv(a, v, g), want)[0] + ("*" if g == pick else " ")
              for g in LANES]
     if kernels.baseline is not None:
