@@ -259,9 +259,9 @@ def misaligned(xp, b):
 
 def force_short_rows(monkeypatch, short):
     """Make the GPU launcher take every layout for one of short rows (``short``) or for none
-    (``_cupy_backend._short_rows``), whatever its shape: tests cover both kinds of kernel
-    shape (the gather SpMM's team widths and column chunks, the SpMV's team width) on the
-    same matrices."""
+    (``_cupy_backend._short_rows``), whatever its shape: tests cover both kinds of gather
+    SpMM shape (team widths and column chunks) on the same matrices. The SpMV chooses its
+    kernel by its own rule (``_cupy_backend._spmv_lanes``)."""
     from twell import _cupy_backend
 
     monkeypatch.setattr(_cupy_backend, "SHORT_ROW_ENTRIES", 2**62 if short else -1)

@@ -176,7 +176,7 @@ def module(name):
 
 
 def function(name, expression):
-    """A kernel of ``name`` by its name expression, e.g. ``twell_spmv_rows<float, 8>``.
+    """A kernel of ``name`` by its name expression, e.g. ``twell_spmv_rows<float, 32>``.
 
     A kernel of an :data:`ARCH_SOURCES` file comes as an :class:`ArchKernel`; asking for one
     on a device of another architecture is a RuntimeError.
