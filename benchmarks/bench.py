@@ -1655,8 +1655,16 @@ def _sci_spmm(bench, case, mats, tcsr, a64, layouts, dt, nrhs, g):
                       nbytes=built[0].nbytes + 2 * n * nrhs * isz)
 
 
+#: The storage arrays of a TwELLMatrix, in the order of its tuple constructor.
+TWELL_PARTS = ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+               "overflow_data")
+
+
 def _sci_layout(bench, case, mats, t, rhs_list, eq_sparse):
-    """CSR -> TwELL (timed) and TwELL -> CSR for tile width ``t``; (variant, matrices) or None.
+    """CSR -> TwELL (timed) and TwELL -> CSR for tile width ``t``; None, or two layouts
+    ``(variant, matrices)``: the matrices as built, and the same arrays with the tile index
+    (``TwELLMatrix.index_tiles``, its build time in ``case.info``), whose products the
+    consumers time as a variant of their own.
 
     Skipped, with the numbers, when packing would not fit in memory.
     """
@@ -1698,7 +1706,14 @@ def _sci_layout(bench, case, mats, t, rhs_list, eq_sparse):
         to_csr = lambda i: built[i]._csr_arrays()  # noqa: E731
     bench.measure(case, "twell->csr", "twell", to_csr, family="twell", variant=var, nbuf=nb,
                   check=eq_sparse, nbytes=first.nbytes + csr_nbytes(nnz, n, isz, 4, 8))
-    return var, built
+    # The same storage arrays (not copied) in matrices that carry the tile index.
+    indexed = [twell.TwELLMatrix(tuple(getattr(a, f) for f in TWELL_PARTS), shape=a.shape,
+                                 tile_width=t) for a in built]
+    case.info[f"twell_T{t}"]["index_ms"] = bench.time_only(lambda _: indexed[0].index_tiles())
+    for a in indexed:
+        a.index_tiles()
+    case.info[f"twell_T{t}"]["index_tiles"] = int(indexed[0].tile_index.tiles.size)
+    return [(var, built), (f"{var} +index", indexed)]
 
 
 def run_sci_case(bench, case, base, dt, rhs_list, tile_widths, nbuf_rule):
@@ -1756,7 +1771,7 @@ def run_sci_case(bench, case, base, dt, rhs_list, tile_widths, nbuf_rule):
             bench.notes.append(f"{case.id}: TwELL T={t} failed: {_short_error(exc)}")
             bench.dev.release()
         if layout is not None:
-            layouts.append(layout)
+            layouts.extend(layout)
 
     # -- SpMM, one right-hand-side count at a time (B and the reference freed in between)
     g = RNG(xp, 7)

@@ -138,56 +138,107 @@ __device__ __forceinline__ void gather_batch(const Team<G>& team, int len, const
 // bound by one dependent count read per G tiles, most of them of empty tiles.
 constexpr int kCountWindows = 4;
 
+// A tile number in no window (past any row's tiles): lanes past the end of a row's list.
+constexpr int kNoTile = 0x7fffffff;
+
+// f(entry, len) for each batch of one window's slot entries: lane l of the team holds the
+// count of tile tile_of(l) (0 past the window's tiles), in tile order; entries j < len <= G
+// of a batch, entry j held by team lane j (every lane of the team calls it, and f may
+// shuffle; tile_of may too).
+template <typename T, int G, typename TileOf, typename F>
+__device__ __forceinline__ void window_batches(const Team<G>& team, int my_count, TileOf tile_of,
+                                               const T* __restrict__ data,
+                                               const unsigned short* __restrict__ indices,
+                                               long long row, long long tiles, int tile_width,
+                                               int slots, F& f) {
+  const int inclusive = team.inclusive_scan(my_count);
+  const int total = team.shfl(inclusive, G - 1);  // <= G * slots
+  for (int j0 = 0; j0 < total; j0 += G) {
+    const int j = j0 + team.lane;
+    // Entry j of the window is in the tile of lane l: l tiles end at or before it.
+    int l = 0;
+#pragma unroll
+    for (int step = G / 2; step > 0; step >>= 1)
+      l += team.shfl(inclusive, l + step - 1) <= j ? step : 0;
+    const int first = team.shfl(inclusive - my_count, l);
+    const long long tile = tile_of(l);
+    Entry<T> entry;
+    if (j < total) {
+      const long long s = (row * tiles + tile) * slots + (j - first);
+      entry = Entry<T>(data[s], tile * tile_width + indices[s]);
+    }
+    f(entry, min(G, total - j0));
+  }
+}
+
 // f(entry, len) for each batch of the row's slot entries, in order (tiles, then slots):
 // entries j < len <= G of a batch, entry j held by team lane j (every lane of the team calls
-// it, and f may shuffle). Each window of G tiles is cut into batches of its own, so the
-// batches, and the order of sums that follows from them, do not depend on kCountWindows;
-// a window of empty tiles costs one read and one vote.
-template <typename T, int G, typename F>
+// it, and f may shuffle). The row's tiles are cut into windows of G (tiles w * G ..
+// w * G + G - 1), and each window's entries into batches of their own, so the batches, and
+// the order of sums that follows from them, depend on the layout alone: not on
+// kCountWindows, and not on whether the row's tiles come from the counts (Listed = false:
+// a window of empty tiles costs one read and one vote) or from the tile index (Listed: the
+// row's non-empty tiles, list_tiles[list_indptr[row] .. list_indptr[row + 1]), ascending;
+// TwELLMatrix.index_tiles), which give the same bits.
+template <typename T, int G, bool Listed, typename F>
 __device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
                                                     const int* __restrict__ counts,
                                                     const T* __restrict__ data,
                                                     const unsigned short* __restrict__ indices,
                                                     long long row, long long tiles,
-                                                    int tile_width, int slots, F&& f) {
+                                                    int tile_width, int slots,
+                                                    const long long* __restrict__ list_indptr,
+                                                    const int* __restrict__ list_tiles, F&& f) {
   const int* row_counts = counts + row * tiles;
-  for (long long t0 = 0; t0 < tiles; t0 += kCountWindows * G) {
-    int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
-    int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
-#pragma unroll
-    for (int w = 1; w < kCountWindows; ++w) {
-      const long long t = t0 + w * G + team.lane;
-      ahead[w - 1] = t < tiles ? row_counts[t] : 0;
-    }
-    unsigned nonempty = team.any(my_count != 0) ? 1u : 0u;  // bit w: window w holds entries
-#pragma unroll
-    for (int w = 1; w < kCountWindows; ++w) nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
-    for (; nonempty != 0; nonempty &= nonempty - 1) {
-      const int w = __ffs(nonempty) - 1;
-      if (w > 0) {
-        // Read again (from L1) rather than kept: kCountWindows live counts spilled the
-        // accumulators of the 16-bit kernels. Window 0's (the only one of a row of at most
-        // G tiles) is kept.
-        const long long t = t0 + w * G + team.lane;
-        my_count = t < tiles ? row_counts[t] : 0;
+  if constexpr (Listed) {
+    // G listed tiles (and their counts) at a time; each window among them is walked whole.
+    // The last window of a load may go on past it: the next load starts at that window,
+    // unless it fills the load (a window has at most G tiles).
+    const long long end = list_indptr[row + 1];
+    for (long long q = list_indptr[row]; q < end;) {
+      const bool listed = q + team.lane < end;
+      const int my_tile = listed ? list_tiles[q + team.lane] : kNoTile;
+      const int loaded_count = listed ? row_counts[my_tile] : 0;
+      const int loaded = static_cast<int>(min(static_cast<long long>(G), end - q));
+      const bool more = end - q > G;
+      const int last_window = team.shfl(my_tile, G - 1) / G;
+      int done = 0;
+      while (done < loaded) {
+        const int window = team.shfl(my_tile, done) / G;
+        if (more && done > 0 && window == last_window) break;
+        const bool mine = team.lane >= done && my_tile / G == window;
+        window_batches<T, G>(team, mine ? loaded_count : 0,
+                             [&](int l) { return static_cast<long long>(team.shfl(my_tile, l)); },
+                             data, indices, row, tiles, tile_width, slots, f);
+        done += __popc(__ballot_sync(team.mask, mine) & team.mask);
       }
-      const long long tw = t0 + w * G;
-      const int inclusive = team.inclusive_scan(my_count);
-      const int total = team.shfl(inclusive, G - 1);  // <= G * slots
-      for (int j0 = 0; j0 < total; j0 += G) {
-        const int j = j0 + team.lane;
-        // Entry j of the window is in tile tw + l: l tiles end at or before it.
-        int l = 0;
+      q += done;
+    }
+  } else {
+    for (long long t0 = 0; t0 < tiles; t0 += kCountWindows * G) {
+      int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
+      int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
 #pragma unroll
-        for (int step = G / 2; step > 0; step >>= 1)
-          l += team.shfl(inclusive, l + step - 1) <= j ? step : 0;
-        const int first = team.shfl(inclusive - my_count, l);
-        Entry<T> entry;
-        if (j < total) {
-          const long long tile = tw + l, s = (row * tiles + tile) * slots + (j - first);
-          entry = Entry<T>(data[s], tile * tile_width + indices[s]);
+      for (int w = 1; w < kCountWindows; ++w) {
+        const long long t = t0 + w * G + team.lane;
+        ahead[w - 1] = t < tiles ? row_counts[t] : 0;
+      }
+      unsigned nonempty = team.any(my_count != 0) ? 1u : 0u;  // bit w: window w holds entries
+#pragma unroll
+      for (int w = 1; w < kCountWindows; ++w)
+        nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
+      for (; nonempty != 0; nonempty &= nonempty - 1) {
+        const int w = __ffs(nonempty) - 1;
+        if (w > 0) {
+          // Read again (from L1) rather than kept: kCountWindows live counts spilled the
+          // accumulators of the 16-bit kernels. Window 0's (the only one of a row of at most
+          // G tiles) is kept.
+          const long long t = t0 + w * G + team.lane;
+          my_count = t < tiles ? row_counts[t] : 0;
         }
-        f(entry, min(G, total - j0));
+        const long long tw = t0 + w * G;
+        window_batches<T, G>(team, my_count, [&](int l) { return tw + l; }, data, indices, row,
+                             tiles, tile_width, slots, f);
       }
     }
   }
@@ -247,13 +298,14 @@ __device__ __forceinline__ bool split_row(long long o_start, long long o_end, in
   return chunk_log2 > 0 && o_end - o_start >= (2ll << chunk_log2);
 }
 
-template <typename T, int VEC, int G, int C, int E>
+template <typename T, int VEC, int G, int C, int E, bool Listed = false>
 __global__ void TWELL_ROWS_MAXNREG
 twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
                 const unsigned short* __restrict__ indices,
                 const long long* __restrict__ overflow_indptr,
                 const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
                 long long n_rows, long long n_cols, int tile_width, int slots,
+                const long long* __restrict__ list_indptr, const int* __restrict__ list_tiles,
                 const T* __restrict__ b, long long n, const bool* __restrict__ gate,
                 const typename Value<T>::Acc* __restrict__ partial, int chunk_log2,
                 T* __restrict__ out) {
@@ -273,10 +325,12 @@ twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
 
   // Read before the slots, so that their latency overlaps the counts'.
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
-  for_each_slot_batch<T, G>(team, counts, data, indices, row, tiles, tile_width, slots,
-                            [&](const Entry<T>& entry, int len) {
-                              gather_batch<T, VEC, G, C, E>(team, len, entry, b, n, n0, acc);
-                            });
+  for_each_slot_batch<T, G, Listed>(team, counts, data, indices, row, tiles, tile_width, slots,
+                                    list_indptr, list_tiles,
+                                    [&](const Entry<T>& entry, int len) {
+                                      gather_batch<T, VEC, G, C, E>(team, len, entry, b, n, n0,
+                                                                    acc);
+                                    });
   // A split row's overflow comes from `partial`, after the sums of its slots.
   gather_overflow<T, VEC, G, C, E>(team, o_start,
                                    split_row(o_start, o_end, chunk_log2) ? o_start : o_end,
@@ -391,13 +445,15 @@ __device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, l
 // read every slot of every tile, empty or not, one 64-bit division per slot: 0.50 ms on the
 // 10^6-row Poisson stencil, against 0.03 for cuSPARSE.
 // Grid: ceil(M / (blockDim.x / G)).
-template <typename T, int G>
+template <typename T, int G, bool Listed = false>
 __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restrict__ data,
                                 const unsigned short* __restrict__ indices,
                                 const long long* __restrict__ overflow_indptr,
                                 const int* __restrict__ overflow_indices,
                                 const T* __restrict__ overflow_data, long long n_rows,
                                 long long n_cols, int tile_width, int slots,
+                                const long long* __restrict__ list_indptr,
+                                const int* __restrict__ list_tiles,
                                 const T* __restrict__ x, T* __restrict__ y) {
   static_assert(G == 8 || G == 16 || G == 32, "G lanes per row: 8, 16 or 32");
   using Acc = typename Value<T>::Acc;
@@ -409,8 +465,9 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
   // Read before the slots, so that their latency overlaps the counts'.
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
   Acc acc = Acc(0);
-  for_each_slot_batch<T, G>(team, counts, data, indices, row, tiles, tile_width, slots,
-                            [&](const Entry<T>& entry, int len) {
+  for_each_slot_batch<T, G, Listed>(team, counts, data, indices, row, tiles, tile_width, slots,
+                                    list_indptr, list_tiles,
+                                    [&](const Entry<T>& entry, int len) {
                               if (team.lane < len)
                                 acc += entry.value * Value<T>::to_acc(x[entry.column]);
                             });
@@ -440,14 +497,15 @@ constexpr int kSpmvOwnOverflow = 16;
 // (dot_run over 32 lanes, then the butterfly, added to the row's sum by its thread): a hub
 // row among short ones would otherwise be one thread's serial work.
 // Grid: ceil(M / kSpmvBlock), blocks of kSpmvBlock threads.
-template <typename T>
+template <typename T, bool Listed = false>
 __global__ void __launch_bounds__(kSpmvBlock, kSpmvBlocksPerSM)
 twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ data,
                        const unsigned short* __restrict__ indices,
                        const long long* __restrict__ overflow_indptr,
                        const int* __restrict__ overflow_indices,
                        const T* __restrict__ overflow_data, long long n_rows, long long n_cols,
-                       int tile_width, int slots, const T* __restrict__ x,
+                       int tile_width, int slots, const long long* __restrict__ list_indptr,
+                       const int* __restrict__ list_tiles, const T* __restrict__ x,
                        T* __restrict__ y) {
   using Acc = typename Value<T>::Acc;
   const int lane = threadIdx.x % kWarp;
@@ -462,13 +520,24 @@ twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ dat
     o_end = overflow_indptr[row + 1];
     const Team<1> self(lane);
     const int* __restrict__ row_counts = counts + row * tiles;
-    for (long long t0 = 0; t0 < tiles; t0 += kSpmvCountsAhead) {
+    // Positions q0 <= q < q1 of the row's tiles: every tile, or its listed ones.
+    long long q0 = 0, q1 = tiles;
+    if constexpr (Listed) {
+      q0 = list_indptr[row];
+      q1 = list_indptr[row + 1];
+    }
+    for (; q0 < q1; q0 += kSpmvCountsAhead) {
+      long long t[kSpmvCountsAhead];
       int c[kSpmvCountsAhead];
 #pragma unroll
-      for (int k = 0; k < kSpmvCountsAhead; ++k) c[k] = t0 + k < tiles ? row_counts[t0 + k] : 0;
+      for (int k = 0; k < kSpmvCountsAhead; ++k) {
+        if constexpr (Listed) t[k] = q0 + k < q1 ? list_tiles[q0 + k] : 0;
+        else t[k] = q0 + k;
+        c[k] = q0 + k < q1 ? row_counts[t[k]] : 0;
+      }
 #pragma unroll
       for (int k = 0; k < kSpmvCountsAhead; ++k) {
-        const long long col0 = (t0 + k) * tile_width, base = (row * tiles + t0 + k) * slots;
+        const long long col0 = t[k] * tile_width, base = (row * tiles + t[k]) * slots;
         acc += dot_run<T, 1>(self, base, base + c[k], data,
                              [&](long long j) { return static_cast<int>(col0 + indices[j]); },
                              x);

@@ -180,6 +180,16 @@ def test_every_spmm_kernel_matches_the_float64_product(rng, monkeypatch, dtype, 
         got = _cupy_backend.spmm(*args, variant=variant).astype(np.float64).get()
         assert np.all(np.abs(got - want) <= tol * scale + 1e-30), variant
     np.testing.assert_array_equal((a @ rhs).get(), _cupy_backend.spmm(*args).get())
+    # The Listed instances (the tile index, here whatever its rule) give the rows kernel's
+    # bits for the same shape, with their windows of G tiles loaded G listed tiles at a time
+    # (44 and 125 tiles a row above).
+    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    rows = _cupy_backend.spmm(*args, variant="rows").get().view(bits)
+    Backend("cupy").poison()
+    listed = _cupy_backend.spmm(*args, variant="rows",
+                                tile_index=_algorithms.tile_index(a.counts))
+    np.testing.assert_array_equal(listed.get().view(bits), rows)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
@@ -218,13 +228,19 @@ def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n
     scale = np.abs(x.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
     tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
     got = {}
-    for name, b in (("aligned", cupy.asarray(rhs)), ("misaligned", misaligned(cupy, rhs))):
+    index = _algorithms.tile_index(a.counts)
+    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    for name, b, listed in (("aligned", cupy.asarray(rhs), None),
+                            ("misaligned", misaligned(cupy, rhs), None),
+                            ("listed", cupy.asarray(rhs), index)):
         Backend("cupy").poison()  # an output element left unwritten shows as NaN
-        y = _cupy_backend.spmm(a._parts, a.shape, t, b, np.dtype(dtype), variant="rows")
+        y = _cupy_backend.spmm(a._parts, a.shape, t, b, np.dtype(dtype), variant="rows",
+                               tile_index=listed)
         got[name] = y.get()
         assert np.all(np.abs(got[name].astype(np.float64) - want) <= tol * scale), name
     bits = f"u{np.dtype(dtype).itemsize}"
     np.testing.assert_array_equal(got["misaligned"].view(bits), got["aligned"].view(bits))
+    np.testing.assert_array_equal(got["listed"].view(bits), got["aligned"].view(bits))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
@@ -239,7 +255,7 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
     # tile width 16), with an overflow a thread sums alone (at most 16 entries) and one the
     # warp sums (several such rows in one warp), long enough for several rounds of 4 loads
     # per lane. Within rounding of the float64 product, every element written.
-    monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda parts, m: lanes)
+    monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda *_: lanes)
     k = 4608
     lengths = [0, 1, 5, 0, 37, 300, 1500, 2, 0, 129, 4000, 17]
     x = np.zeros((len(lengths) * 7, k))  # every length at 7 row offsets within a warp
@@ -254,11 +270,16 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
     want = x.astype(np.float64) @ v.astype(np.float64)
     scale = np.abs(x.astype(np.float64)) @ np.abs(v.astype(np.float64))
     tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
-    Backend("cupy").poison()  # an output element left unwritten shows as NaN
-    got = _cupy_backend.spmm(a._parts, a.shape, tile_width, cupy.asarray(v).reshape(k, 1),
-                             np.dtype(dtype), variant="rows")
-    got = got.get().ravel().astype(np.float64)
-    assert np.all(np.abs(got - want) <= tol * scale)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    got = {}
+    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    for listed in (None, _algorithms.tile_index(a.counts)):  # the Listed instance too
+        Backend("cupy").poison()  # an output element left unwritten shows as NaN
+        y = _cupy_backend.spmm(a._parts, a.shape, tile_width, cupy.asarray(v).reshape(k, 1),
+                               np.dtype(dtype), variant="rows", tile_index=listed)
+        got[listed is None] = y.get().ravel()
+        assert np.all(np.abs(got[listed is None].astype(np.float64) - want) <= tol * scale)
+    np.testing.assert_array_equal(got[False].view(bits), got[True].view(bits))
 
 
 @pytest.mark.parametrize(("slots", "tile_width", "lanes"),
@@ -271,6 +292,27 @@ def test_spmv_takes_a_thread_per_row_when_rows_have_room_for_few_entries(rng, sl
     x = _activations(rng, 64, 65536, 0.0005, np.float32)
     a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
     assert _cupy_backend._spmv_lanes(a._parts, a.shape[0]) == lanes
+    # With the tile index, the room is the longest row's listed tiles times the slots.
+    index = _algorithms.tile_index(a.counts)
+    assert index.max_tiles * slots < 256
+    assert _cupy_backend._spmv_lanes(a._parts, a.shape[0], index) == 1
+
+
+@pytest.mark.parametrize(("k", "tile_width", "per_row", "pays"), [
+    (65536, 512, 4, False),    # 128 tiles: one round of count reads
+    (65536, 256, 4, True),     # 256 tiles, ~4 listed
+    (65536, 256, 40, False),   # 256 tiles, ~38 listed: more than 1 in 8
+    (1_000_000, 4096, 5, True),
+])
+def test_the_kernels_walk_the_tile_index_where_rows_span_many_tiles(rng, k, tile_width, per_row,
+                                                                    pays):
+    # _index_pays: more than INDEX_MIN_TILES tiles a row, at most 1 in INDEX_MAX_SHARE listed.
+    x = np.zeros((64, k), dtype=np.float32)
+    for r in range(64):
+        x[r, rng.choice(k, size=per_row, replace=False)] = 1.0 + r
+    a = twell.TwELLMatrix(cupy.asarray(x), tile_width=tile_width, slots=2)
+    a.index_tiles()
+    assert _cupy_backend._index_pays(a._parts, a.shape[0], a.tile_index) == pays
 
 
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])

@@ -29,6 +29,30 @@ class Parts(NamedTuple):
     overflow_data: object
 
 
+class TileIndex(NamedTuple):
+    """Each row's non-empty tiles (``TwELLMatrix.index_tiles``), a CSR structure over the
+    (row, tile) pairs: row ``r``'s tiles are ``tiles[indptr[r]:indptr[r + 1]]``, ascending;
+    ``max_tiles`` (a Python int) is the most any row has."""
+
+    indptr: object  # int64 (M + 1,)
+    tiles: object  # int32
+    max_tiles: int
+
+
+def tile_index(counts):
+    """The :class:`TileIndex` of a layout's ``counts`` (M, n_tiles).
+
+    On CuPy this synchronises twice with the host (``nonzero``: the index's size, and
+    ``max_tiles``).
+    """
+    xp = array_module(counts)
+    nonempty = counts != 0
+    per_row = nonempty.sum(axis=1)
+    _, tiles = xp.nonzero(nonempty)  # row-major: by row, then tile
+    return TileIndex(exclusive_cumsum(per_row), tiles.astype(np.int32),
+                     int(per_row.max(initial=0)))
+
+
 _BITS = {8: (np.uint64, 0x7FFF_FFFF_FFFF_FFFF), 4: (np.uint32, 0x7FFF_FFFF),
          2: (np.uint16, 0x7FFF)}
 
@@ -168,11 +192,12 @@ def csr_layout(parts, shape, tile_width):
     return tile_offset, over_rows, tile_offset[over_key] + counts[over_key] + over_rank
 
 
-def to_coo(parts, shape, tile_width):
+def to_coo(parts, shape, tile_width, tile_index=None):
     """TwELL parts -> ``(rows, cols, vals)`` sorted by (row, column), int64 indices.
 
-    On CuPy this synchronises once with the host to learn the number of
-    non-zeros (the output size).
+    With the layout's :class:`TileIndex`, the slots of the listed (row, tile) pairs alone are
+    looked at (the same result). On CuPy this synchronises once with the host to learn the
+    number of non-zeros (the output size).
     """
     xp = array_module(parts.counts)
     m, k = shape
@@ -183,7 +208,13 @@ def to_coo(parts, shape, tile_width):
     rows = xp.empty(nnz, dtype=np.int64)
     cols = xp.empty(nnz, dtype=np.int64)
     vals = xp.empty(nnz, dtype=parts.data.dtype)
-    key, s = xp.nonzero(slot_mask(parts.counts, slots).reshape(-1, slots))
+    if tile_index is None:
+        key, s = xp.nonzero(slot_mask(parts.counts, slots).reshape(-1, slots))
+    else:
+        listed = (expand_indptr(tile_index.indptr, tile_index.tiles.size) * nt
+                  + tile_index.tiles)
+        i, s = xp.nonzero(slot_mask(parts.counts.reshape(-1)[listed], slots))
+        key = listed[i]
     pos = tile_offset[key] + s
     rows[pos] = key // nt
     cols[pos] = (key % nt) * tile_width + parts.indices.reshape(-1, slots)[key, s]

@@ -480,7 +480,8 @@ def _mma_shape(dtype, tile_width, slots, b, requested=None):
     return None
 
 
-def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, nnz_hint=None):
+def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, nnz_hint=None,
+         tile_index=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
     Two ways, chosen without a host synchronisation (:func:`spmm_way`):
@@ -498,6 +499,12 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
       gather kernel runs), and (float32) CuPy's matmul is not set to TF32. If ``b`` holds Inf
       or NaN, the dense product would multiply A's zeros by them (NaN where A has no entry),
       so then the gather kernel recomputes the product (gated on the device).
+
+    With ``tile_index`` (the layout's :class:`~twell._algorithms.TileIndex`,
+    ``TwELLMatrix.index_tiles``), where :func:`_index_pays`, the gather and SpMV kernels walk
+    each row's listed tiles instead of all its counts (the ``Listed`` instances: the same
+    order of sums for the same shape), and the shape rules read the longest row's tiles
+    from it.
 
     ``variant`` (private: tests and benchmarks) forces ``"rows"``, ``"dense"`` or ``"mma"``:
     the tensor-core kernel ``twell_spmm_mma`` (shape ``mma_shape``, or the first that fits;
@@ -522,18 +529,25 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         for c0 in range(0, n, chunk):
             part = cupy.ascontiguousarray(b[:, c0:c0 + chunk])
             out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype, mma_shape,
-                                         variant)
+                                         variant, tile_index=tile_index)
         return out
     common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
               parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
               _i32(parts.data.shape[2]))
+    if tile_index is not None and not _index_pays(parts, m, tile_index):
+        tile_index = None
+    # The tile index, or arrays of its types that the kernels without it never read.
+    listed = tile_index is not None
+    common += ((tile_index.indptr, tile_index.tiles) if listed
+               else (parts.overflow_indptr, parts.overflow_indices))
     if n == 1 and variant != "dense":
         out = cupy.empty((m, n), dtype=out_dtype)
-        lanes = _spmv_lanes(parts, m)
+        lanes = _spmv_lanes(parts, m, tile_index)
         if lanes == 1:  # a thread per row (kSpmvBlock = _BLOCK)
-            kernel = _kernels.function("spmm.cu", _expr("twell_spmv_thread_rows", out_dtype))
+            expr = _expr("twell_spmv_thread_rows", out_dtype)
         else:  # a team of `lanes` per row
-            kernel = _kernels.function("spmm.cu", _expr_n("twell_spmv_rows", out_dtype, lanes))
+            expr = _expr_n("twell_spmv_rows", out_dtype, lanes)
+        kernel = _kernels.function("spmm.cu", _kernels.listed(expr) if listed else expr)
         kernel(_blocks(m, _BLOCK // lanes), (_BLOCK,), (*common, b, out))
         return out
     run_rows = cupy.ones((), dtype=bool)
@@ -544,7 +558,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
             if not chosen:
                 raise
             # The device's memory is in use elsewhere: the gather kernel needs no temporary.
-            return spmm(parts, shape, tile_width, b, out_dtype, variant="rows")
+            return spmm(parts, shape, tile_width, b, out_dtype, variant="rows",
+                        tile_index=tile_index)
         run_rows = _nonfinite(b)
     else:
         out = cupy.empty((m, n), dtype=out_dtype)
@@ -555,7 +570,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
                 run_rows = _nonfinite(b)
                 _spmm_mma(parts, shape, tile_width, b, ~run_rows, out, mma_shape)
     vec = _vec(out_dtype, n % _kernels.vector_width(out_dtype) == 0, _aligned(b, out))
-    shape = (vec, *_rows_shape(n, out_dtype, _short_rows(parts, m)))
+    shape = (vec, *_rows_shape(n, out_dtype, _short_rows(parts, m, tile_index)))
     column_blocks = int(-(-n // (shape[0] * shape[1] * shape[2])))  # vec * G * C columns each
     teams = 32 // shape[1]  # rows (or overflow chunks) per warp
     # Rows with a long overflow are split (split_row in spmm.cu): the parts of their
@@ -570,7 +585,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         kernel((-(-partial.shape[0] // 2 // teams), column_blocks), (32,), (
             parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, _i64(m), b,
             _i64(n), run_rows, _i32(chunk.bit_length() - 1), partial))
-    kernel = _kernels.function("spmm.cu", _expr_n("twell_spmm_rows", out_dtype, *shape))
+    expr = _expr_n("twell_spmm_rows", out_dtype, *shape)
+    kernel = _kernels.function("spmm.cu", _kernels.listed(expr) if listed else expr)
     # One team of G lanes per (row, column block), one warp per block (__maxnreg__).
     kernel((-(-m // teams), column_blocks), (32,), (*common, b, _i64(n), run_rows, partial,
                                                     _i32(max(chunk.bit_length() - 1, 0)), out))
@@ -608,14 +624,38 @@ SHORT_ROW_ENTRIES = 128
 SPMV_THREAD_ROW_ENTRIES = 256
 
 
-def _row_room(parts, m):
-    """Entries a row of the layout has room for: ``n_tiles * slots`` plus an even share of
-    the overflow. From the arrays' shapes alone (no sync; the same for every product)."""
+#: The GPU kernels walk the tile index only for rows of more tiles than this (one round of
+#: count reads of a team of 32: kCountWindows * 32 in spmm.cu), and when it lists at most
+#: 1 / INDEX_MAX_SHARE of the (row, tile) pairs (:func:`_index_pays`).
+INDEX_MIN_TILES = 128
+INDEX_MAX_SHARE = 8
+
+
+def _index_pays(parts, m, tile_index):
+    """Whether the gather and SpMV kernels walk ``tile_index`` rather than every count.
+
+    A listed tile costs a dependent read (its number, then its count), which a row of few
+    tiles does not make up for: on the power-law graph at tile width 65536 (16 tiles a
+    row, 9 listed) the SpMV took 0.82 ms with the index against 0.52 without; at 4096 (245
+    tiles, 15 listed) 0.99 against 1.60, and the Poisson matrix (1.5 listed) 0.09 against
+    0.48 (H200, twelfth GPU session). From the arrays' sizes (no sync).
+    """
+    tiles = parts.data.shape[1]
+    return (tiles > INDEX_MIN_TILES
+            and INDEX_MAX_SHARE * tile_index.tiles.size <= tiles * max(m, 1))
+
+
+def _row_room(parts, m, tile_index=None):
+    """Entries a row of the layout has room for: ``n_tiles * slots`` (with the tile index,
+    the longest row's tiles times ``slots``) plus an even share of the overflow. From the
+    arrays' shapes alone, and the index's ``max_tiles`` (no sync)."""
     _, tiles, slots = parts.data.shape
+    if tile_index is not None:
+        tiles = tile_index.max_tiles
     return tiles * slots + parts.overflow_indices.size / max(m, 1)
 
 
-def _short_rows(parts, m):
+def _short_rows(parts, m, tile_index=None):
     """Whether the gather kernels take the layout for one of short rows.
 
     Four narrow teams per warp pay on short rows of similar lengths: a team per row in lock
@@ -623,7 +663,7 @@ def _short_rows(parts, m):
     ``slots`` follows the long rows) the teams of a warp diverge, and a row's entries are
     better spread over more lanes: ``benchmarks/NOTES.md``, tenth GPU session.
     """
-    return _row_room(parts, m) <= SHORT_ROW_ENTRIES
+    return _row_room(parts, m, tile_index) <= SHORT_ROW_ENTRIES
 
 
 def _rows_shape(n, dtype, short):
@@ -655,7 +695,7 @@ def _rows_shape(n, dtype, short):
     return (16, 1, 4) if lanes > 8 else (8, 1, 4)
 
 
-def _spmv_lanes(parts, m):
+def _spmv_lanes(parts, m, tile_index=None):
     """Lanes per row of the SpMV (_kernels.SPMV_LANES): 1 (``twell_spmv_thread_rows``) when
     the layout's rows have room for at most SPMV_THREAD_ROW_ENTRIES entries, else a team of
     32 (``twell_spmv_rows``).
@@ -667,7 +707,7 @@ def _spmv_lanes(parts, m):
     against 0.169; at room 1225 (the stencil at tile width 4096) the two are even, 0.49
     (H200, eleventh GPU session; a team of 8 was never the fastest).
     """
-    room = _row_room(parts, m)
+    room = _row_room(parts, m, tile_index)
     return _kernels.SPMV_LANES[0] if room <= SPMV_THREAD_ROW_ENTRIES else _kernels.SPMV_LANES[-1]
 
 

@@ -47,6 +47,12 @@ def _typed(kernel):
     return [f"{kernel}<{CTYPES[d]}>" for d in SUPPORTED_DTYPES]
 
 
+def listed(instance):
+    """The instance of a gather kernel that walks the tile index (template argument
+    ``Listed = true``, ``TwELLMatrix.index_tiles``)."""
+    return f"{instance[:-1]}, true>"
+
+
 #: (row, tile) pairs per warp of the dense pack kernel when a tile fits in one warp-wide
 #: vector load (tile_width <= 32 * VEC); wider tiles take one pair per warp.
 PACK_PAIRS = 4
@@ -106,6 +112,11 @@ INSTANCES = {
                  for g, c, e in SPMM_ROWS_SHAPES]
                 + [f"{k[:-1]}, {g}>" for k in _typed("twell_spmv_rows") for g in SPMV_LANES[1:]]
                 + _typed("twell_spmv_thread_rows")
+                + [listed(k) for k in _vectored("twell_spmm_rows")
+                   for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
+                + [listed(f"{k[:-1]}, {g}>") for k in _typed("twell_spmv_rows")
+                   for g in SPMV_LANES[1:]]
+                + [listed(k) for k in _typed("twell_spmv_thread_rows")]
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
                 + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES

@@ -117,14 +117,15 @@ def to_csr(parts, shape, tile_width):
 _SPMM_CHUNK = 1 << 22
 
 
-def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None):
+def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None):
     """``A @ b`` for TwELL ``A`` and a dense 2-D ``b`` of the parts' value dtype.
 
     Products accumulate in float32 (float64 for float64 data), then round to
     ``out_dtype``. ``nnz_hint`` is unused here: the host has one way (the GPU backend
-    chooses between two with it).
+    chooses between two with it). With ``tile_index`` (the layout's
+    :class:`~twell._algorithms.TileIndex`) only the listed tiles' slots are looked at.
     """
-    rows, cols, vals = to_coo(parts, shape, tile_width)
+    rows, cols, vals = to_coo(parts, shape, tile_width, tile_index)
     acc = accumulator_dtype(out_dtype)
     n = b.shape[1]
     out = np.zeros((shape[0], n), dtype=acc)
