@@ -43,13 +43,14 @@ using namespace twell;
 constexpr int kChunks = 4;
 constexpr int kRowsMaxRegisters = 80;
 // Narrow teams with column chunks of 16-bit or float64 vectors (the shapes for short rows)
-// spilled 32-150 bytes of accumulators at kRowsMaxRegisters.
-template <typename T, int VEC, int G, int C>
+// spilled 32-150 bytes of accumulators at kRowsMaxRegisters, and so did the Listed instances
+// of narrow 16-bit teams with 4 entries in flight (104 bytes).
+template <typename T, int VEC, int G, int C, bool Listed>
 constexpr int rows_max_registers() {
-  return sizeof(T) != 4 && VEC > 1 && G < kWarp && C > 1 ? 96 : kRowsMaxRegisters;
+  return sizeof(T) != 4 && VEC > 1 && G < kWarp && (C > 1 || Listed) ? 96 : kRowsMaxRegisters;
 }
 #if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
-#define TWELL_ROWS_MAXNREG __maxnreg__((rows_max_registers<T, VEC, G, C>()))
+#define TWELL_ROWS_MAXNREG __maxnreg__((rows_max_registers<T, VEC, G, C, Listed>()))
 #else
 #define TWELL_ROWS_MAXNREG
 #endif
@@ -171,6 +172,41 @@ __device__ __forceinline__ void window_batches(const Team<G>& team, int my_count
   }
 }
 
+// f(entry, len) for each batch of a row's slot entries, its tiles read from the tile index
+// (list_tiles[start, end)): G listed tiles (and their counts) at a time, each window of G
+// tiles among them walked whole, as for_each_slot_batch walks it. The last window of a load
+// may go on past it: the next load starts at that window, unless it fills the load (a window
+// has at most G tiles).
+template <typename T, int G, typename F>
+__device__ __forceinline__ void for_each_listed_batch(const Team<G>& team,
+                                                      const int* __restrict__ row_counts,
+                                                      const T* __restrict__ data,
+                                                      const unsigned short* __restrict__ indices,
+                                                      long long row, long long tiles,
+                                                      int tile_width, int slots,
+                                                      const int* __restrict__ list_tiles,
+                                                      long long start, long long end, F& f) {
+  for (long long q = start; q < end;) {
+    const bool listed = q + team.lane < end;
+    const int my_tile = listed ? list_tiles[q + team.lane] : kNoTile;
+    const int loaded_count = listed ? row_counts[my_tile] : 0;
+    const int loaded = static_cast<int>(min(static_cast<long long>(G), end - q));
+    const bool more = end - q > G;
+    const int last_window = team.shfl(my_tile, G - 1) / G;
+    int done = 0;
+    while (done < loaded) {
+      const int window = team.shfl(my_tile, done) / G;
+      if (more && done > 0 && window == last_window) break;
+      const bool mine = team.lane >= done && my_tile / G == window;
+      window_batches<T, G>(team, mine ? loaded_count : 0,
+                           [&](int l) { return static_cast<long long>(team.shfl(my_tile, l)); },
+                           data, indices, row, tiles, tile_width, slots, f);
+      done += __popc(__ballot_sync(team.mask, mine) & team.mask);
+    }
+    q += done;
+  }
+}
+
 // f(entry, len) for each batch of the row's slot entries, in order (tiles, then slots):
 // entries j < len <= G of a batch, entry j held by team lane j (every lane of the team calls
 // it, and f may shuffle). The row's tiles are cut into windows of G (tiles w * G ..
@@ -191,55 +227,34 @@ __device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
                                                     const int* __restrict__ list_tiles, F&& f) {
   const int* row_counts = counts + row * tiles;
   if constexpr (Listed) {
-    // G listed tiles (and their counts) at a time; each window among them is walked whole.
-    // The last window of a load may go on past it: the next load starts at that window,
-    // unless it fills the load (a window has at most G tiles).
-    const long long end = list_indptr[row + 1];
-    for (long long q = list_indptr[row]; q < end;) {
-      const bool listed = q + team.lane < end;
-      const int my_tile = listed ? list_tiles[q + team.lane] : kNoTile;
-      const int loaded_count = listed ? row_counts[my_tile] : 0;
-      const int loaded = static_cast<int>(min(static_cast<long long>(G), end - q));
-      const bool more = end - q > G;
-      const int last_window = team.shfl(my_tile, G - 1) / G;
-      int done = 0;
-      while (done < loaded) {
-        const int window = team.shfl(my_tile, done) / G;
-        if (more && done > 0 && window == last_window) break;
-        const bool mine = team.lane >= done && my_tile / G == window;
-        window_batches<T, G>(team, mine ? loaded_count : 0,
-                             [&](int l) { return static_cast<long long>(team.shfl(my_tile, l)); },
-                             data, indices, row, tiles, tile_width, slots, f);
-        done += __popc(__ballot_sync(team.mask, mine) & team.mask);
-      }
-      q += done;
+    for_each_listed_batch<T, G>(team, row_counts, data, indices, row, tiles, tile_width, slots,
+                                list_tiles, list_indptr[row], list_indptr[row + 1], f);
+    return;
+  }
+  for (long long t0 = 0; t0 < tiles; t0 += kCountWindows * G) {
+    int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
+    int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
+#pragma unroll
+    for (int w = 1; w < kCountWindows; ++w) {
+      const long long t = t0 + w * G + team.lane;
+      ahead[w - 1] = t < tiles ? row_counts[t] : 0;
     }
-  } else {
-    for (long long t0 = 0; t0 < tiles; t0 += kCountWindows * G) {
-      int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
-      int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
+    unsigned nonempty = team.any(my_count != 0) ? 1u : 0u;  // bit w: window w holds entries
 #pragma unroll
-      for (int w = 1; w < kCountWindows; ++w) {
+    for (int w = 1; w < kCountWindows; ++w)
+      nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
+    for (; nonempty != 0; nonempty &= nonempty - 1) {
+      const int w = __ffs(nonempty) - 1;
+      if (w > 0) {
+        // Read again (from L1) rather than kept: kCountWindows live counts spilled the
+        // accumulators of the 16-bit kernels. Window 0's (the only one of a row of at most
+        // G tiles) is kept.
         const long long t = t0 + w * G + team.lane;
-        ahead[w - 1] = t < tiles ? row_counts[t] : 0;
+        my_count = t < tiles ? row_counts[t] : 0;
       }
-      unsigned nonempty = team.any(my_count != 0) ? 1u : 0u;  // bit w: window w holds entries
-#pragma unroll
-      for (int w = 1; w < kCountWindows; ++w)
-        nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
-      for (; nonempty != 0; nonempty &= nonempty - 1) {
-        const int w = __ffs(nonempty) - 1;
-        if (w > 0) {
-          // Read again (from L1) rather than kept: kCountWindows live counts spilled the
-          // accumulators of the 16-bit kernels. Window 0's (the only one of a row of at most
-          // G tiles) is kept.
-          const long long t = t0 + w * G + team.lane;
-          my_count = t < tiles ? row_counts[t] : 0;
-        }
-        const long long tw = t0 + w * G;
-        window_batches<T, G>(team, my_count, [&](int l) { return tw + l; }, data, indices, row,
-                             tiles, tile_width, slots, f);
-      }
+      const long long tw = t0 + w * G;
+      window_batches<T, G>(team, my_count, [&](int l) { return tw + l; }, data, indices, row,
+                           tiles, tile_width, slots, f);
     }
   }
 }
@@ -409,7 +424,11 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
 
 // SpMV, y = A @ x: twell_spmv_rows (a team of G lanes per row) for layouts of long rows,
 // twell_spmv_thread_rows (a thread per row) for those of short rows; the launcher picks one
-// from the layout's shape (_cupy_backend._spmv_lanes).
+// from the layout's shape (_cupy_backend._spmv_lanes). Only the thread kernel walks the tile
+// index: a team of 32 reads 128 counts a round, and with the index the power-law graph at tile
+// width 4096 (245 tiles a row, 15 listed) took 1.9-2.3 ms against 1.6 (H200, twelfth GPU
+// session), where the thread kernel's 31 rounds of 8 counts became one (the stencil: 0.10 ms
+// against 0.48).
 constexpr int kSpmvLoads = 4;  // entries, and then their x values, a lane reads at once
 
 // The lane's share of sum_j values[j] * x[column(j)] over j0 <= j < j1: entries
@@ -445,15 +464,13 @@ __device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, l
 // read every slot of every tile, empty or not, one 64-bit division per slot: 0.50 ms on the
 // 10^6-row Poisson stencil, against 0.03 for cuSPARSE.
 // Grid: ceil(M / (blockDim.x / G)).
-template <typename T, int G, bool Listed = false>
+template <typename T, int G>
 __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restrict__ data,
                                 const unsigned short* __restrict__ indices,
                                 const long long* __restrict__ overflow_indptr,
                                 const int* __restrict__ overflow_indices,
                                 const T* __restrict__ overflow_data, long long n_rows,
                                 long long n_cols, int tile_width, int slots,
-                                const long long* __restrict__ list_indptr,
-                                const int* __restrict__ list_tiles,
                                 const T* __restrict__ x, T* __restrict__ y) {
   static_assert(G == 8 || G == 16 || G == 32, "G lanes per row: 8, 16 or 32");
   using Acc = typename Value<T>::Acc;
@@ -465,9 +482,8 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
   // Read before the slots, so that their latency overlaps the counts'.
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
   Acc acc = Acc(0);
-  for_each_slot_batch<T, G, Listed>(team, counts, data, indices, row, tiles, tile_width, slots,
-                                    list_indptr, list_tiles,
-                                    [&](const Entry<T>& entry, int len) {
+  for_each_slot_batch<T, G, false>(team, counts, data, indices, row, tiles, tile_width, slots,
+                                   nullptr, nullptr, [&](const Entry<T>& entry, int len) {
                               if (team.lane < len)
                                 acc += entry.value * Value<T>::to_acc(x[entry.column]);
                             });

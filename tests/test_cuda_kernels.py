@@ -298,6 +298,56 @@ def test_spmv_takes_a_thread_per_row_when_rows_have_room_for_few_entries(rng, sl
     assert _cupy_backend._spmv_lanes(a._parts, a.shape[0], index) == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, twell.bfloat16],
+                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", [1, 8, 48, 200, 600])
+@pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
+def test_the_listed_kernels_sum_like_the_others(rng, monkeypatch, dtype, n, short):
+    # The Listed instances walk a row's listed tiles G at a time, each window of G tiles
+    # whole even when a load of G listed tiles ends inside it (for_each_listed_batch in
+    # spmm.cu). For one kernel shape they give the bits of the instances without the index
+    # (the SpMV's team of 32 reads its counts either way). Rows: clusters of a few entries
+    # per tile over 20-tile spans (several listed tiles per window, loads ending
+    # mid-window), hubs listing most of their 1024 tiles, empty rows, an overflow.
+    force_short_rows(monkeypatch, short)
+    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    k, t = 8192, 8
+    x = np.zeros((96, k))
+    for r in range(x.shape[0]):
+        if r % 6 == 0:
+            cols = rng.choice(k, size=2000, replace=False)  # ~880 tiles: reads its counts
+        elif r % 6 == 3:
+            continue
+        else:
+            spans = [rng.integers(0, k - 160) for _ in range(1 + r % 4)]
+            cols = np.unique(np.concatenate([s + rng.choice(160, 12, replace=False)
+                                             for s in spans]))
+        x[r, cols] = rng.standard_normal(cols.size) + np.sign(rng.standard_normal(cols.size))
+    x = cast(x, dtype)
+    a = twell.TwELLMatrix(cupy.asarray(x), tile_width=t, slots=2)
+    index = _algorithms.tile_index(a.counts)
+    listed = np.diff(index.indptr.get())
+    assert (listed[listed > 0] <= 128).sum() >= 60 and (listed > 800).sum() == 16
+    assert a.overflow_nnz > 0
+    rhs = cast(rng.standard_normal((k, n)), dtype)
+    want = x.astype(np.float64) @ rhs.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
+    tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    lanes = _kernels.SPMV_LANES if n == 1 else [None]
+    for g in lanes:
+        if g is not None:
+            monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda *_, g=g: g)
+        got = []
+        for tile_index in (None, index):
+            Backend("cupy").poison()  # an output element left unwritten shows as NaN
+            y = _cupy_backend.spmm(a._parts, a.shape, t, cupy.asarray(rhs), np.dtype(dtype),
+                                   variant="rows", tile_index=tile_index).get()
+            assert np.all(np.abs(y.astype(np.float64) - want) <= tol * scale), (g, tile_index)
+            got.append(y.view(bits))
+        np.testing.assert_array_equal(got[1], got[0])
+
+
 @pytest.mark.parametrize(("k", "tile_width", "per_row", "pays"), [
     (65536, 512, 4, False),    # 128 tiles: one round of count reads
     (65536, 256, 4, True),     # 256 tiles, ~4 listed

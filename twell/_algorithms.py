@@ -50,7 +50,7 @@ def tile_index(counts):
     per_row = nonempty.sum(axis=1)
     _, tiles = xp.nonzero(nonempty)  # row-major: by row, then tile
     return TileIndex(exclusive_cumsum(per_row), tiles.astype(np.int32),
-                     int(per_row.max(initial=0)))
+                     int(per_row.max()) if per_row.size else 0)  # CuPy's max has no initial
 
 
 _BITS = {8: (np.uint64, 0x7FFF_FFFF_FFFF_FFFF), 4: (np.uint32, 0x7FFF_FFFF),

@@ -503,8 +503,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
     With ``tile_index`` (the layout's :class:`~twell._algorithms.TileIndex`,
     ``TwELLMatrix.index_tiles``), where :func:`_index_pays`, the gather and SpMV kernels walk
     each row's listed tiles instead of all its counts (the ``Listed`` instances: the same
-    order of sums for the same shape), and the shape rules read the longest row's tiles
-    from it.
+    order of sums for the same shape; not the SpMV's team of 32, see spmm.cu), and the
+    shape rules read the longest row's tiles from it.
 
     ``variant`` (private: tests and benchmarks) forces ``"rows"``, ``"dense"`` or ``"mma"``:
     the tensor-core kernel ``twell_spmm_mma`` (shape ``mma_shape``, or the first that fits;
@@ -536,19 +536,17 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
               _i32(parts.data.shape[2]))
     if tile_index is not None and not _index_pays(parts, m, tile_index):
         tile_index = None
-    # The tile index, or arrays of its types that the kernels without it never read.
-    listed = tile_index is not None
-    common += ((tile_index.indptr, tile_index.tiles) if listed
-               else (parts.overflow_indptr, parts.overflow_indices))
     if n == 1 and variant != "dense":
         out = cupy.empty((m, n), dtype=out_dtype)
         lanes = _spmv_lanes(parts, m, tile_index)
         if lanes == 1:  # a thread per row (kSpmvBlock = _BLOCK)
             expr = _expr("twell_spmv_thread_rows", out_dtype)
-        else:  # a team of `lanes` per row
-            expr = _expr_n("twell_spmv_rows", out_dtype, lanes)
-        kernel = _kernels.function("spmm.cu", _kernels.listed(expr) if listed else expr)
-        kernel(_blocks(m, _BLOCK // lanes), (_BLOCK,), (*common, b, out))
+            listed, args = _listed_args(expr, parts, tile_index)
+            kernel = _kernels.function("spmm.cu", listed)
+            kernel(_blocks(m, _BLOCK), (_BLOCK,), (*common, *args, b, out))
+        else:  # a team of `lanes` per row, which reads its counts (spmm.cu: not the index)
+            kernel = _kernels.function("spmm.cu", _expr_n("twell_spmv_rows", out_dtype, lanes))
+            kernel(_blocks(m, _BLOCK // lanes), (_BLOCK,), (*common, b, out))
         return out
     run_rows = cupy.ones((), dtype=bool)
     if variant == "dense":
@@ -585,11 +583,13 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         kernel((-(-partial.shape[0] // 2 // teams), column_blocks), (32,), (
             parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, _i64(m), b,
             _i64(n), run_rows, _i32(chunk.bit_length() - 1), partial))
-    expr = _expr_n("twell_spmm_rows", out_dtype, *shape)
-    kernel = _kernels.function("spmm.cu", _kernels.listed(expr) if listed else expr)
+    listed, args = _listed_args(_expr_n("twell_spmm_rows", out_dtype, *shape), parts,
+                                tile_index)
+    kernel = _kernels.function("spmm.cu", listed)
     # One team of G lanes per (row, column block), one warp per block (__maxnreg__).
-    kernel((-(-m // teams), column_blocks), (32,), (*common, b, _i64(n), run_rows, partial,
-                                                    _i32(max(chunk.bit_length() - 1, 0)), out))
+    kernel((-(-m // teams), column_blocks), (32,), (
+        *common, *args, b, _i64(n), run_rows, partial, _i32(max(chunk.bit_length() - 1, 0)),
+        out))
     return out
 
 
@@ -624,6 +624,15 @@ SHORT_ROW_ENTRIES = 128
 SPMV_THREAD_ROW_ENTRIES = 256
 
 
+def _listed_args(expr, parts, tile_index):
+    """The instance of ``expr`` that walks ``tile_index`` (or ``expr`` itself without one),
+    and its two index arguments: the index, or arrays of their types that the instances
+    without it never read."""
+    if tile_index is None:
+        return expr, (parts.overflow_indptr, parts.overflow_indices)
+    return _kernels.listed(expr), (tile_index.indptr, tile_index.tiles)
+
+
 #: The GPU kernels walk the tile index only for rows of more tiles than this (one round of
 #: count reads of a team of 32: kCountWindows * 32 in spmm.cu), and when it lists at most
 #: 1 / INDEX_MAX_SHARE of the (row, tile) pairs (:func:`_index_pays`).
@@ -636,9 +645,9 @@ def _index_pays(parts, m, tile_index):
 
     A listed tile costs a dependent read (its number, then its count), which a row of few
     tiles does not make up for: on the power-law graph at tile width 65536 (16 tiles a
-    row, 9 listed) the SpMV took 0.82 ms with the index against 0.52 without; at 4096 (245
-    tiles, 15 listed) 0.99 against 1.60, and the Poisson matrix (1.5 listed) 0.09 against
-    0.48 (H200, twelfth GPU session). From the arrays' sizes (no sync).
+    row, 9 listed) the SpMV took 0.82 ms with the index against 0.52 without, and at 4096
+    the Poisson matrix (245 tiles, 1.5 listed) 0.10 against 0.51, its SpMM with 64 columns
+    0.35 against 1.0 (H200, twelfth GPU session). From the arrays' sizes (no sync).
     """
     tiles = parts.data.shape[1]
     return (tiles > INDEX_MIN_TILES

@@ -114,8 +114,6 @@ INSTANCES = {
                 + _typed("twell_spmv_thread_rows")
                 + [listed(k) for k in _vectored("twell_spmm_rows")
                    for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
-                + [listed(f"{k[:-1]}, {g}>") for k in _typed("twell_spmv_rows")
-                   for g in SPMV_LANES[1:]]
                 + [listed(k) for k in _typed("twell_spmv_thread_rows")]
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
