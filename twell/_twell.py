@@ -166,7 +166,7 @@ class TwELLMatrix:
         # only to choose how A @ B runs: if the storage arrays are edited in place and it goes
         # stale, a product may take the slower path, never a wrong one.
         self._nnz_hint = nnz_hint
-        self._tile_index = None  # derived from the counts: never carried to new ones
+        self._tile_index = None  # from the counts; _from_parts passes it where they are kept
 
     def _init_from_parts(self, arrays, shape, tile_width, dtype, copy):
         if shape is None:
@@ -352,8 +352,9 @@ class TwELLMatrix:
         vectors took 0.35 ms with it and 1.0 ms without (float32, H200).
 
         The GPU kernels walk it where it pays: rows of more than 128 tiles (more than one
-        round of count reads), at most one in 8 of them listed on average. Elsewhere
-        products ignore it. On the host it spares the scan of empty slots; the result is
+        round of count reads), at most one in 8 of them listed on average, and not in the
+        matrix-vector product of long rows (32 lanes a row read the counts faster).
+        Elsewhere products ignore it. On the host it spares the scan of empty slots; the result is
         the same. On the GPU a product that walks it sums in the order it would without it,
         except where the index changes the kernel's shape (it knows the longest row's
         tiles, which the layout's shape alone does not): then the last bits may differ.
@@ -364,8 +365,8 @@ class TwELLMatrix:
         again (or set :attr:`has_tile_index` to False). Every operation that returns a new
         matrix builds its own arrays, and those start without an index, except
         :meth:`copy`, :meth:`get` and value-only maps (:meth:`astype`, scalar ``*`` and
-        ``/``), which keep the counts and so the index. On the GPU this synchronises once
-        with the host (the index's size).
+        ``/``), which keep the counts and so the index. On the GPU this synchronises twice
+        with the host (the index's size and its longest row).
 
         Examples
         --------
