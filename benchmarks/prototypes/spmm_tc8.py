@@ -1,0 +1,160 @@
+# ruff: noqa: B023 - closures are called inside the loop iteration that defines them
+"""PROTOTYPE check and timing of ``spmm_tc8.cu`` (tensor-core SpMM, tokens as the MMA's n,
+B tiles staged in shared memory) against the shipped SpMM ways and dense cuBLAS.
+
+Open question 3 of benchmarks/NOTES.md: at 99% the shipped gather kernel reads every
+entry's B row from L2 (0.47 ms on the paper's down projection; dense cuBLAS 0.42). One
+device call answers: is the prototype right (relative error against the float64 product
+within bf16 rounding; outputs poisoned with NaN, ``?n``: n left unwritten), on shapes with
+partial row blocks, partial tiles, partial column blocks and overflow; and how fast is each
+variant (slot capacity SMAX, pipeline stages, records dealt by bank class or not) against
+the launcher's pick, the gather kernel, the older tensor-core kernel and dense cuBLAS, on
+the same inputs. Run from the repository root on an H100/H200:
+
+    PYTHONPATH=. timeout 400 python benchmarks/prototypes/spmm_tc8.py [--only 0.99 --variant V]
+"""
+
+import argparse
+import pathlib
+import sys
+
+import cupy
+import numpy as np
+
+import twell
+from twell import _cupy_backend, _kernels
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # benchmarks/
+import _dev  # noqa: E402
+
+ROWS, COLS, THREADS, MAX_TILE = 512, 64, 512, 256
+#: name suffix: (SMAX, STAGES)
+VARIANTS = {"s8_p2_deal": (8, 2), "s8_p3_deal": (8, 3), "s8_p3_plain": (8, 3),
+            "s16_p3_deal": (16, 3), "s32_p2_plain": (32, 2)}
+
+
+def smem(smax, stages):
+    return stages * MAX_TILE * 128 + 16 * 2 * 4 * 8 * smax * 4
+
+
+def kernels():
+    module = cupy.RawModule(code=(HERE / "spmm_tc8.cu").read_text(),
+                            options=(*_kernels.OPTIONS, f"-I{_kernels.source_dir()}"))
+    out = {}
+    for name, (smax, stages) in VARIANTS.items():
+        k = module.get_function(f"proto_spmm_tc8_bf16_{name}")
+        k.max_dynamic_shared_size_bytes = smem(smax, stages)
+        out[name] = k
+    return out
+
+
+def run(kernel, name, a, b, poison=False):
+    p, (m, k), n = a._parts, a.shape, b.shape[1]
+    y = cupy.full((m, n), np.nan, dtype=b.dtype) if poison else cupy.empty((m, n), b.dtype)
+    kernel((-(-n // COLS), -(-m // ROWS)), (THREADS,), (
+        p.counts, p.data, p.indices, p.overflow_indptr, p.overflow_indices, p.overflow_data,
+        np.int64(m), np.int64(k), np.int32(a.tile_width), np.int32(a.slots), b, np.int64(n), y),
+        shared_mem=smem(*VARIANTS[name]))
+    return y
+
+
+def rel(y, want):
+    y = y.astype(np.float64)
+    return float(cupy.linalg.norm(y - want) / cupy.linalg.norm(want))
+
+
+def fits(name, a):
+    return a.slots <= VARIANTS[name][0] and a.tile_width <= MAX_TILE
+
+
+def check(ks, label, z, b):
+    """Poisoned outputs of every variant that fits, against the float64 product."""
+    want = z.astype(np.float64) @ b.astype(np.float64)
+    a = twell.TwELLMatrix(z, slots=SLOTS.get(label, "auto"))
+    cells = []
+    for name, kern in ks.items():
+        if not fits(name, a):
+            cells.append(f"{name}:-")
+            continue
+        y = run(kern, name, a, b, poison=True)
+        bad = int(cupy.isnan(y).sum())
+        e = rel(y, want)
+        again = run(kern, name, a, b, poison=True)
+        same = bool(cupy.array_equal(y.view(np.uint16), again.view(np.uint16)))
+        cells.append(f"{name}:{e:.1e}{'!' if e > 1e-2 else ''}{f'?{bad}' if bad else ''}"
+                     f"{'' if same else ' NONDET'}")
+    print(f"{label:34s} S={a.slots:2d} over={a.overflow_nnz:6d}  " + "  ".join(cells),
+          flush=True)
+
+
+SLOTS = {}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", type=float, default=None)
+    ap.add_argument("--variant", default=None)
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    ks = kernels()
+    if args.variant:
+        ks = {args.variant: ks[args.variant]}
+    rng = np.random.default_rng(0)
+    bf16 = twell.bfloat16
+    if args.only is None:
+        print("correctness: rel. error vs float64 (! above 1e-2, ?n unwritten, NONDET: two "
+              "runs differ)")
+        for (m, k, n, s, slots) in ((1000, 1000, 200, 0.9, 2), (1000, 1000, 200, 0.99, "auto"),
+                                    (777, 5632, 2048, 0.97, 4), (513, 300, 72, 0.5, 8),
+                                    (4096, 5632, 2048, 0.99, "auto")):
+            z = _dev.activations(m, k, 64, s, rng).astype(bf16)
+            b = cupy.asarray(rng.standard_normal((k, n), dtype=np.float32)).astype(bf16)
+            label = f"M={m} K={k} N={n} s={s}"
+            SLOTS[label] = slots
+            check(ks, label, z, b)
+    m, k, n = 16384, 5632, 2048
+    print(f"\nFFN down projection M={m} K={k} N={n} bf16: ms (CUDA events, median of "
+          f"{args.reps}); rel. error in brackets where above 5e-3")
+    heads = ["dense", "launcher", "rows", "mma"] + list(ks)
+    print(f"{'sparsity':10s}{'S':>4s} " + " ".join(f"{h:>13s}" for h in heads), flush=True)
+    sparsities = [args.only] if args.only else [0.999, 0.995, 0.99, 0.95, 0.90]
+    for s in sparsities:
+        z = _dev.activations(m, k, n, s, rng).astype(bf16)
+        down = (cupy.asarray(rng.standard_normal((k, n), dtype=np.float32))
+                / np.sqrt(k)).astype(bf16)
+        want = z.astype(np.float32) @ down.astype(np.float32)
+        for slots in ("auto", "max"):
+            a = twell.TwELLMatrix(z)
+            if slots == "max":
+                top = int(a.tile_nnz().max())
+                if top == a.slots or top > 32:
+                    continue
+                a = twell.TwELLMatrix(z, slots=top)
+            fns = {"dense": lambda: z @ down, "launcher": lambda a=a: a @ down,
+                   "rows": lambda a=a: _cupy_backend.spmm(a._parts, a.shape, a.tile_width, down,
+                                                          down.dtype, variant="rows"),
+                   "mma": lambda a=a: _cupy_backend.spmm(a._parts, a.shape, a.tile_width, down,
+                                                         down.dtype, variant="mma")}
+            for name, kern in ks.items():
+                if fits(name, a):
+                    fns[name] = lambda kern=kern, name=name, a=a: run(kern, name, a, down)
+            cells = []
+            for h in heads:
+                if h not in fns:
+                    cells.append(f"{'-':>13s}")
+                    continue
+                try:
+                    e = float(cupy.linalg.norm(fns[h]().astype(np.float32) - want)
+                              / cupy.linalg.norm(want))
+                    ms = _dev.timed(fns[h], reps=args.reps)
+                    cells.append(f"{ms:8.3f}" + (f"[{e:.0e}]" if e > 5e-3 else "     "))
+                except Exception as exc:  # noqa: BLE001 - a failing contender is a cell
+                    cells.append(f"{type(exc).__name__[:13]:>13s}")
+            print(f"{s:<6}{slots:>4s}{a.slots:4d} " + " ".join(cells), flush=True)
+            if args.only:
+                break
+
+
+if __name__ == "__main__":
+    main()
