@@ -290,7 +290,298 @@ __device__ __forceinline__ void spmm_tc8(
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// v2: the records built once per call (tc8_records), not once per column block. A record is
+// 8 bytes: value bits << 16 | token, and the byte offset of its B row's chunk 0 in a stage,
+// row * 128 + 32 (row & 3), so that lane g's swizzled chunk is at that offset ^ 16 g.
+// records[(group * tiles + tile) * cap + position], cap = 8 * slots; lens[tile * groups4 +
+// group]: the (group, tile)'s padded length (a multiple of 8), groups4 = 4 ceil(M / 32).
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned selection_lo(unsigned lo, unsigned hi, unsigned g) {
+  const unsigned l = (lo & 7u) == g ? lo >> 16 : 0u;
+  const unsigned h = (hi & 7u) == g ? hi & 0xffff0000u : 0u;
+  return l | h;
+}
+
+template <typename T>
+__device__ __forceinline__ void kstep_lo(float (&acc)[4][4], unsigned lo, unsigned hi,
+                                         const uint4& x, const uint4& y, unsigned g) {
+  const unsigned s = selection_lo(lo, hi, g);
+  const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    Mma8<T>::run(acc[j], __byte_perm(xs[j], ys[j], 0x5410), __byte_perm(xs[j], ys[j], 0x7632),
+                 s);
+  }
+}
+
+// One warp per 32 rows (4 groups), looping over the tiles. Grid: ceil(M / 256), 256 threads.
+template <typename T, int SMAX, bool DEAL>
+__device__ __forceinline__ void tc8_records(
+    const int* __restrict__ counts, const T* __restrict__ data,
+    const unsigned short* __restrict__ indices, long long n_rows, long long n_cols,
+    int tile_width, int slots, uint2* __restrict__ records, int* __restrict__ lens) {
+  const int lane = threadIdx.x % kWarp;
+  const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const long long row = warp * 32 + lane;
+  if (warp * 32 >= n_rows) return;  // the whole warp
+  const bool live = row < n_rows;
+  const int tok = lane & 7;
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long group = row / kTok, groups4 = (n_rows + 31) / 32 * 4;
+  const int cap = kTok * slots;
+  const unsigned short* bits = reinterpret_cast<const unsigned short*>(data);
+  for (long long tile = 0; tile < tiles; ++tile) {
+    const long long pair = row * tiles + tile;
+    const int cnt = live ? counts[pair] : 0;
+    unsigned ent[SMAX];
+#pragma unroll
+    for (int s = 0; s < SMAX; ++s) {
+      ent[s] = 0u;
+      if (s < cnt) ent[s] = static_cast<unsigned>(bits[pair * slots + s]) << 16 | indices[pair * slots + s];
+    }
+    unsigned pc = 0;
+    if (DEAL) {
+#pragma unroll
+      for (int s = 0; s < SMAX; ++s)
+        if (s < cnt) pc += 1u << (8 * (ent[s] & 3u));
+    } else {
+      pc = static_cast<unsigned>(cnt);
+    }
+    unsigned incl = pc;
+#pragma unroll
+    for (int off = 1; off < kTok; off <<= 1) {
+      const unsigned y = __shfl_up_sync(kFullMask, incl, off, kTok);
+      if (tok >= off) incl += y;
+    }
+    const unsigned tot = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
+    const int total = DEAL ? static_cast<int>((tot & 0xff) + ((tot >> 8) & 0xff) +
+                                              ((tot >> 16) & 0xff) + (tot >> 24))
+                           : static_cast<int>(tot);
+    const int len = (total + 7) & ~7, nq = len / 4;
+    unsigned next = DEAL ? tot * 0x01010100u + (incl - pc) : incl - pc;
+    uint2* out = records + (group * tiles + tile) * cap;
+#pragma unroll
+    for (int s = 0; s < SMAX; ++s) {
+      if (s < cnt) {
+        int pos;
+        if (DEAL) {
+          const unsigned shift = 8 * (ent[s] & 3u);
+          pos = dealt(static_cast<int>((next >> shift) & 0xffu), nq);
+          next += 1u << shift;
+        } else {
+          pos = static_cast<int>(next++);
+        }
+        const unsigned r = ent[s] & 0xffu;
+        out[pos] = make_uint2((ent[s] & 0xffff0000u) | static_cast<unsigned>(tok),
+                              r * 128u + 32u * (r & 3u));
+      }
+    }
+    if (tok < len - total) out[DEAL ? dealt(total + tok, nq) : total + tok] = make_uint2(0u, 0u);
+    if (tok == 0) lens[tile * groups4 + group] = len;
+  }
+}
+
+// Block: 16 warps x 4 groups (512 rows) x 64 columns; per tile and stage: the B tile (as v1),
+// the block's records (cp.async, each group's padded length), the 64 lengths. Dynamic shared
+// memory: STAGES * tc8r_stage(cap) bytes.
+__host__ __device__ constexpr int tc8r_stage(int cap) {
+  return kMaxTile * 128 + kWarps * kGroups * cap * 8 + kWarps * kGroups * 4;
+}
+
+template <typename T, int STAGES>
+__device__ __forceinline__ void spmm_tc8r(
+    const uint2* __restrict__ records, const int* __restrict__ lens, int cap,
+    const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
+    const T* __restrict__ overflow_data, long long n_rows, long long n_cols, int tile_width,
+    const T* __restrict__ b, long long n, T* __restrict__ out) {
+  extern __shared__ uint4 smem[];
+  const int stage_bytes = tc8r_stage(cap);
+  char* base = reinterpret_cast<char*>(smem);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const unsigned g = lane >> 2, t = lane & 3, gx = 16u * g;
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
+  const long long row0 = static_cast<long long>(blockIdx.y) * kBlockRows + warp * 32;
+  const long long groups4 = (n_rows + 31) / 32 * 4;
+  const long long group0 = row0 / kTok;  // the warp's first group
+  const bool warp_live = row0 < n_rows;
+
+  auto b_stage = [&](long long tile) { return base + (tile % STAGES) * stage_bytes; };
+  auto rec_stage = [&](long long tile) {
+    return reinterpret_cast<uint2*>(b_stage(tile) + kMaxTile * 128);
+  };
+  auto len_stage = [&](long long tile) {
+    return reinterpret_cast<int*>(b_stage(tile) + kMaxTile * 128 + kWarps * kGroups * cap * 8);
+  };
+  auto lens_of = [&](long long tile) {
+    return warp_live && tile < tiles
+               ? *reinterpret_cast<const int4*>(lens + tile * groups4 + group0)
+               : make_int4(0, 0, 0, 0);
+  };
+  auto load_tile = [&](long long tile, int4 l) {
+    uint4* stage = reinterpret_cast<uint4*>(b_stage(tile));
+#pragma unroll
+    for (int u = 0; u < kMaxTile * 8 / (kWarps * kWarp); ++u) {
+      const int i = threadIdx.x + u * kWarps * kWarp, r = i >> 3, c = i & 7;
+      if (r < tile_width) {
+        const long long k = tile * tile_width + r, col = n0 + c * 8;
+        const bool inside = k < n_cols && col < n;
+        cp_async16(stage + swizzled(r, c), inside ? b + k * n + col : b, inside);
+      }
+    }
+    uint2* dst = rec_stage(tile) + warp * kGroups * cap;
+    const int ls[4] = {l.x, l.y, l.z, l.w};
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      const uint2* src = records + ((group0 + q) * tiles + tile) * cap;
+      for (int i = lane; i < ls[q] / 2; i += kWarp) cp_async16(dst + q * cap + 2 * i, src + 2 * i, true);
+    }
+    if (lane == 0) *reinterpret_cast<int4*>(len_stage(tile) + warp * kGroups) = l;
+  };
+
+  float acc[kGroups][4][4];
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[q][j][i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < tiles) load_tile(s, lens_of(s));
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  int4 next_lens = lens_of(STAGES - 1);
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+  __syncthreads();
+  for (long long tile = 0; tile < tiles; ++tile) {
+    if (tile + STAGES - 1 < tiles) load_tile(tile + STAGES - 1, next_lens);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    next_lens = lens_of(tile + STAGES);
+    const char* stage = b_stage(tile);
+    const uint2* recs_w = rec_stage(tile) + warp * kGroups * cap;
+    const int* lens_w = len_stage(tile) + warp * kGroups;
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      const uint2* recs = recs_w + q * cap;
+      const int steps = lens_w[q] / 8;
+      int i = 0;
+      for (; i + 1 < steps; i += 2) {
+        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 8 * i + 2 * t);
+        const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 8 * i + 8 + 2 * t);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
+        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
+        const uint4 x1 = *reinterpret_cast<const uint4*>(stage + (r1.y ^ gx));
+        const uint4 y1 = *reinterpret_cast<const uint4*>(stage + (r1.w ^ gx));
+        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
+        kstep_lo<T>(acc[q], r1.x, r1.z, x1, y1, g);
+      }
+      if (i < steps) {
+        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 8 * i + 2 * t);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
+        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
+        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
+      }
+    }
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+    __syncthreads();  // the next stage is complete; this one is free
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  __syncthreads();  // every warp is done with the stages: each borrows 1 KB of stage 0
+
+  // Overflow: rounds of up to 4 entries a row, B rows from global memory.
+  const int tok = lane & 7, mine = lane >> 3;
+  const long long row = row0 + lane;
+  const bool live = row < n_rows;
+  long long o = live ? overflow_indptr[row] : 0;
+  const long long o_end = live ? overflow_indptr[row + 1] : 0;
+  unsigned* scratch = reinterpret_cast<unsigned*>(base) + warp * 256;
+  unsigned* ov_recs = scratch + mine * 64;  // 32 records, then their 32 columns
+  while (__any_sync(kFullMask, o < o_end)) {
+    const int take = static_cast<int>(min(o_end - o, 4LL));
+    int incl = take;
+#pragma unroll
+    for (int off = 1; off < kTok; off <<= 1) {
+      const int y = __shfl_up_sync(kFullMask, incl, off, kTok);
+      if (tok >= off) incl += y;
+    }
+    const int total = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
+    const int len = (total + 7) & ~7;
+    __syncwarp();
+    for (int e = 0; e < take; ++e) {
+      const unsigned short v = reinterpret_cast<const unsigned short*>(overflow_data)[o + e];
+      ov_recs[incl - take + e] = static_cast<unsigned>(v) << 16 | static_cast<unsigned>(tok);
+      ov_recs[32 + incl - take + e] = static_cast<unsigned>(overflow_indices[o + e]);
+    }
+    if (tok < len - total) {
+      ov_recs[total + tok] = 0u;
+      ov_recs[32 + total + tok] = 0u;
+    }
+    o += take;
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      const unsigned* recs = scratch + q * 64;
+      const int lq = __shfl_sync(kFullMask, len, q * kTok);
+      for (int k0 = 0; k0 < lq; k0 += 8) {
+        const unsigned lo = recs[k0 + 2 * t], hi = recs[k0 + 2 * t + 1];
+        const long long c = n0 + 8 * g;
+        uint4 x = make_uint4(0u, 0u, 0u, 0u), y = x;
+        if (c < n) {
+          x = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t]) * n + c);
+          y = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t + 1]) * n + c);
+        }
+        kstep_lo<T>(acc[q], lo, hi, x, y, g);
+      }
+    }
+  }
+
+  const long long c = n0 + 8 * g;
+  if (c >= n) return;
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = row0 + q * kTok + 2 * t + h;
+      if (r >= n_rows) continue;
+      uint4 w;
+      w.x = Mma<T>::pack2(acc[q][0][h], acc[q][0][2 + h]);
+      w.y = Mma<T>::pack2(acc[q][1][h], acc[q][1][2 + h]);
+      w.z = Mma<T>::pack2(acc[q][2][h], acc[q][2][2 + h]);
+      w.w = Mma<T>::pack2(acc[q][3][h], acc[q][3][2 + h]);
+      *reinterpret_cast<uint4*>(out + r * n + c) = w;
+    }
+  }
+}
+
 }  // namespace
+
+#define PROTO_TC8_RECORDS(NAME, T, SMAX, DEAL)                                                 \
+  extern "C" __global__ void __launch_bounds__(256) NAME(                                      \
+      const int* __restrict__ counts, const T* __restrict__ data,                             \
+      const unsigned short* __restrict__ indices, long long m, long long k, int tile_width,   \
+      int slots, uint2* __restrict__ records, int* __restrict__ lens) {                       \
+    tc8_records<T, SMAX, DEAL>(counts, data, indices, m, k, tile_width, slots, records, lens); \
+  }
+
+PROTO_TC8_RECORDS(proto_tc8_records_bf16_s8, __nv_bfloat16, 8, true)
+PROTO_TC8_RECORDS(proto_tc8_records_bf16_s16, __nv_bfloat16, 16, true)
+
+#define PROTO_SPMM_TC8R(NAME, T, STAGES)                                                        \
+  extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
+      const uint2* __restrict__ records, const int* __restrict__ lens, int cap,               \
+      const long long* __restrict__ oi, const int* __restrict__ ox, const T* __restrict__ od, \
+      long long m, long long k, int tile_width, const T* __restrict__ b, long long n,         \
+      T* __restrict__ out) {                                                                  \
+    spmm_tc8r<T, STAGES>(records, lens, cap, oi, ox, od, m, k, tile_width, b, n, out);        \
+  }
+
+PROTO_SPMM_TC8R(proto_spmm_tc8r_bf16_p2, __nv_bfloat16, 2)
+PROTO_SPMM_TC8R(proto_spmm_tc8r_bf16_p3, __nv_bfloat16, 3)
 
 #define PROTO_SPMM_TC8(NAME, T, SMAX, STAGES, DEAL)                                            \
   extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \

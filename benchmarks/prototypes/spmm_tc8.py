@@ -30,26 +30,65 @@ import _dev  # noqa: E402
 
 ROWS, COLS, THREADS, MAX_TILE = 512, 64, 512, 256
 #: name suffix: (SMAX, STAGES)
-VARIANTS = {"s8_p2_deal": (8, 2), "s8_p3_deal": (8, 3), "s8_p3_plain": (8, 3),
-            "s16_p3_deal": (16, 3), "s32_p2_plain": (32, 2)}
+VARIANTS = {"s8_p3_deal": (8, 3), "s16_p3_deal": (16, 3)}
+#: v2 (records built once per call by tc8_records): name: STAGES
+V2 = {"v2_p2": 2, "v2_p3": 3}
+SMEM_LIMIT = 227 * 1024
 
 
 def smem(smax, stages):
     return stages * MAX_TILE * 128 + 16 * 2 * 4 * 8 * smax * 4
 
 
+def v2_smem(cap, stages):
+    return stages * (MAX_TILE * 128 + 64 * cap * 8 + 64 * 4)
+
+
+MODULE = {}
+
+
 def kernels():
     module = cupy.RawModule(code=(HERE / "spmm_tc8.cu").read_text(),
                             options=(*_kernels.OPTIONS, f"-I{_kernels.source_dir()}"))
+    MODULE["m"] = module
     out = {}
     for name, (smax, stages) in VARIANTS.items():
         k = module.get_function(f"proto_spmm_tc8_bf16_{name}")
         k.max_dynamic_shared_size_bytes = smem(smax, stages)
         out[name] = k
+    for name, stages in V2.items():
+        k = module.get_function(f"proto_spmm_tc8r_bf16_p{stages}")
+        k.max_dynamic_shared_size_bytes = SMEM_LIMIT
+        out[name] = k
     return out
 
 
+def records(a):
+    """tc8_records: (records, lens, cap) of a."""
+    p, (m, k) = a._parts, a.shape
+    tiles, cap, groups4 = -(-k // a.tile_width), 8 * a.slots, -(-m // 32) * 4
+    recs = cupy.empty(max(groups4 * tiles * cap * 2, 4), dtype=np.uint32)
+    lens = cupy.empty(max(tiles * groups4, 4), dtype=np.int32)
+    kern = MODULE["m"].get_function(f"proto_tc8_records_bf16_s{8 if a.slots <= 8 else 16}")
+    kern((-(-m // 256),), (256,), (p.counts, p.data, p.indices, np.int64(m), np.int64(k),
+                                   np.int32(a.tile_width), np.int32(a.slots), recs, lens))
+    return recs, lens, cap
+
+
+def run_v2(kernel, name, a, b, poison=False, built=None):
+    p, (m, k), n = a._parts, a.shape, b.shape[1]
+    recs, lens, cap = built or records(a)
+    y = cupy.full((m, n), np.nan, dtype=b.dtype) if poison else cupy.empty((m, n), b.dtype)
+    kernel((-(-n // COLS), -(-m // ROWS)), (THREADS,), (
+        recs, lens, np.int32(cap), p.overflow_indptr, p.overflow_indices, p.overflow_data,
+        np.int64(m), np.int64(k), np.int32(a.tile_width), b, np.int64(n), y),
+        shared_mem=v2_smem(cap, V2[name]))
+    return y
+
+
 def run(kernel, name, a, b, poison=False):
+    if name in V2:
+        return run_v2(kernel, name, a, b, poison)
     p, (m, k), n = a._parts, a.shape, b.shape[1]
     y = cupy.full((m, n), np.nan, dtype=b.dtype) if poison else cupy.empty((m, n), b.dtype)
     kernel((-(-n // COLS), -(-m // ROWS)), (THREADS,), (
@@ -65,6 +104,9 @@ def rel(y, want):
 
 
 def fits(name, a):
+    if name in V2:
+        return (a.slots <= 16 and a.tile_width <= MAX_TILE
+                and v2_smem(8 * a.slots, V2[name]) <= SMEM_LIMIT)
     return a.slots <= VARIANTS[name][0] and a.tile_width <= MAX_TILE
 
 
@@ -116,7 +158,7 @@ def main():
     m, k, n = 16384, 5632, 2048
     print(f"\nFFN down projection M={m} K={k} N={n} bf16: ms (CUDA events, median of "
           f"{args.reps}); rel. error in brackets where above 5e-3")
-    heads = ["dense", "launcher", "rows", "mma"] + list(ks)
+    heads = ["dense", "launcher", "rows", "mma", "v2 records", "v2_p2 main"] + list(ks)
     print(f"{'sparsity':10s}{'S':>4s} " + " ".join(f"{h:>13s}" for h in heads), flush=True)
     sparsities = [args.only] if args.only else [0.999, 0.995, 0.99, 0.95, 0.90]
     for s in sparsities:
@@ -139,14 +181,20 @@ def main():
             for name, kern in ks.items():
                 if fits(name, a):
                     fns[name] = lambda kern=kern, name=name, a=a: run(kern, name, a, down)
+            if "v2_p2" in ks and fits("v2_p2", a):
+                built = records(a)
+                fns["v2 records"] = lambda a=a: records(a)[0]
+                fns["v2_p2 main"] = lambda a=a, built=built: run_v2(ks["v2_p2"], "v2_p2", a,
+                                                                     down, built=built)
             cells = []
             for h in heads:
                 if h not in fns:
                     cells.append(f"{'-':>13s}")
                     continue
                 try:
-                    e = float(cupy.linalg.norm(fns[h]().astype(np.float32) - want)
-                              / cupy.linalg.norm(want))
+                    y = fns[h]()
+                    e = 0.0 if y.shape != want.shape else float(
+                        cupy.linalg.norm(y.astype(np.float32) - want) / cupy.linalg.norm(want))
                     ms = _dev.timed(fns[h], reps=args.reps)
                     cells.append(f"{ms:8.3f}" + (f"[{e:.0e}]" if e > 5e-3 else "     "))
                 except Exception as exc:  # noqa: BLE001 - a failing contender is a cell
