@@ -38,6 +38,7 @@ constexpr int kCols = 64;                     // output columns per block
 constexpr int kWarps = 16, kGroups = 4;       // 4 groups (32 rows) per warp
 constexpr int kBlockRows = kWarps * kGroups * kTok;
 constexpr int kMaxTile = 256;                 // B rows per stage; columns within a tile: 8 bits
+constexpr int kRowBytes = 160;                // v4: a B row's 128 bytes, padded
 
 template <typename T> struct Mma8;
 template <> struct Mma8<__nv_bfloat16> {
@@ -318,7 +319,7 @@ __device__ __forceinline__ void kstep_lo(float (&acc)[4][4], unsigned lo, unsign
 }
 
 // One warp per 32 rows (4 groups), looping over the tiles. Grid: ceil(M / 256), 256 threads.
-template <typename T, int SMAX, bool DEAL>
+template <typename T, int SMAX, bool DEAL, bool V4 = false>
 __device__ __forceinline__ void tc8_records(
     const int* __restrict__ counts, const T* __restrict__ data,
     const unsigned short* __restrict__ indices, long long n_rows, long long n_cols,
@@ -362,7 +363,8 @@ __device__ __forceinline__ void tc8_records(
                            : static_cast<int>(tot);
     const int len = (total + 7) & ~7, nq = len / 4;
     unsigned next = DEAL ? tot * 0x01010100u + (incl - pc) : incl - pc;
-    uint2* out = records + (group * tiles + tile) * cap;
+    const long long groups_pad = (n_rows + kBlockRows - 1) / kBlockRows * (kWarps * kGroups);
+    uint2* out = records + (V4 ? tile * groups_pad + group : group * tiles + tile) * cap;
 #pragma unroll
     for (int s = 0; s < SMAX; ++s) {
       if (s < cnt) {
@@ -376,11 +378,11 @@ __device__ __forceinline__ void tc8_records(
         }
         const unsigned r = ent[s] & 0xffu;
         out[pos] = make_uint2((ent[s] & 0xffff0000u) | static_cast<unsigned>(tok),
-                              r * 128u + 32u * (r & 3u));
+                              V4 ? r * kRowBytes : r * 128u + 32u * (r & 3u));
       }
     }
     if (tok < len - total) out[DEAL ? dealt(total + tok, nq) : total + tok] = make_uint2(0u, 0u);
-    if (tok == 0) lens[tile * groups4 + group] = len;
+    if (tok == 0) lens[tile * (V4 ? groups_pad : groups4) + group] = len;
   }
 }
 
@@ -558,18 +560,421 @@ __device__ __forceinline__ void spmm_tc8r(
   }
 }
 
+// v3: v2 with the staging addresses computed once per thread (a running source pointer per
+// chunk), stage indices as ints, and each pair of k-steps as one m16n8k16 (the same PRMTs:
+// the pair's second records are the MMA's k = 8..15): half the MMAs, half the chain length.
+__device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* src, bool inside) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(inside ? 16 : 0) : "memory");
+}
+
+template <typename T, int STAGES>
+__device__ __forceinline__ void spmm_tc8s(
+    const uint2* __restrict__ records, const int* __restrict__ lens, int cap,
+    const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
+    const T* __restrict__ overflow_data, long long n_rows, long long n_cols, int tile_width,
+    const T* __restrict__ b, long long n, T* __restrict__ out) {
+  extern __shared__ uint4 smem[];
+  const int stage_bytes = tc8r_stage(cap);
+  const char* base = reinterpret_cast<const char*>(smem);
+  const unsigned sbase = smem_address(smem);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const unsigned g = lane >> 2, t = lane & 3, gx = 16u * g;
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
+  const long long row0 = static_cast<long long>(blockIdx.y) * kBlockRows + warp * 32;
+  const long long groups4 = (n_rows + 31) / 32 * 4;
+  const long long group0 = row0 / kTok;
+  const bool warp_live = row0 < n_rows;
+  const int rec_off = kMaxTile * 128 + warp * kGroups * cap * 8;
+  const int len_off = kMaxTile * 128 + kWarps * kGroups * cap * 8 + warp * kGroups * 4;
+
+  // Staging: this thread's 4 chunks (rows r0 + 64 u, chunk c8) of every B tile.
+  constexpr int kPer = kMaxTile * 8 / (kWarps * kWarp);
+  const int c8 = threadIdx.x & 7, r_first = threadIdx.x >> 3;
+  const bool col_ok = n0 + 8 * c8 < n;
+  const T* src = b + static_cast<long long>(r_first) * n + (col_ok ? n0 + 8 * c8 : 0);
+  const long long row_step = 64LL * n, tile_step = static_cast<long long>(tile_width) * n;
+  const uint2* rec_src = records + group0 * tiles * cap;
+  const long long group_step = tiles * cap;
+
+  auto lens_of = [&](long long tile) {
+    return warp_live && tile < tiles
+               ? *reinterpret_cast<const int4*>(lens + tile * groups4 + group0)
+               : make_int4(0, 0, 0, 0);
+  };
+  auto load_tile = [&](long long tile, int slot, int4 l) {
+    const unsigned st = sbase + slot * stage_bytes;
+    const T* s0 = src + tile * tile_step;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int r = r_first + 64 * u;
+      if (r < tile_width) {
+        const bool inside = col_ok && tile * tile_width + r < n_cols;
+        cp_async16_shared(st + swizzled(r, c8) * 16, inside ? s0 + u * row_step : b, inside);
+      }
+    }
+    const unsigned rd = st + rec_off;
+    const uint2* rs = rec_src + tile * cap;
+    const int ls[4] = {l.x, l.y, l.z, l.w};
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      for (int i = lane; 2 * i < ls[q]; i += kWarp)
+        cp_async16_shared(rd + (q * cap + 2 * i) * 8, rs + q * group_step + 2 * i, true);
+    }
+    if (lane == 0) *reinterpret_cast<int4*>(reinterpret_cast<char*>(smem) + slot * stage_bytes + len_off) = l;
+  };
+
+  float acc[kGroups][4][4];
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[q][j][i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < tiles) load_tile(s, s, lens_of(s));
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  int4 next_lens = lens_of(STAGES - 1);
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+  __syncthreads();
+  int cur = 0, nxt = STAGES - 1;
+  for (long long tile = 0; tile < tiles; ++tile) {
+    if (tile + STAGES - 1 < tiles) load_tile(tile + STAGES - 1, nxt, next_lens);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    next_lens = lens_of(tile + STAGES);
+    const char* stage = base + cur * stage_bytes;
+    const int4 l4 = *reinterpret_cast<const int4*>(stage + len_off);
+    const int ls[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      const char* recs = stage + rec_off + q * cap * 8 + 16 * t;
+      const int steps = ls[q] >> 3;
+      int i = 0;
+      for (; i + 1 < steps; i += 2) {
+        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
+        const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 64 * i + 64);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
+        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
+        const uint4 x1 = *reinterpret_cast<const uint4*>(stage + (r1.y ^ gx));
+        const uint4 y1 = *reinterpret_cast<const uint4*>(stage + (r1.w ^ gx));
+        const unsigned s0 = selection_lo(r0.x, r0.z, g), s1 = selection_lo(r1.x, r1.z, g);
+        const unsigned xa[4] = {x0.x, x0.y, x0.z, x0.w}, ya[4] = {y0.x, y0.y, y0.z, y0.w};
+        const unsigned xb[4] = {x1.x, x1.y, x1.z, x1.w}, yb[4] = {y1.x, y1.y, y1.z, y1.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const unsigned a[4] = {__byte_perm(xa[j], ya[j], 0x5410), __byte_perm(xa[j], ya[j], 0x7632),
+                                 __byte_perm(xb[j], yb[j], 0x5410), __byte_perm(xb[j], yb[j], 0x7632)};
+          Mma<T>::run(acc[q][j], a, s0, s1);
+        }
+      }
+      if (i < steps) {
+        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
+        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
+        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
+      }
+    }
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+    __syncthreads();  // the next stage is complete; this one is free
+    cur = cur + 1 == STAGES ? 0 : cur + 1;
+    nxt = nxt + 1 == STAGES ? 0 : nxt + 1;
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  __syncthreads();  // every warp is done with the stages: each borrows 1 KB of stage 0
+
+  const int tok = lane & 7, mine = lane >> 3;
+  const long long row = row0 + lane;
+  const bool live = row < n_rows;
+  long long o = live ? overflow_indptr[row] : 0;
+  const long long o_end = live ? overflow_indptr[row + 1] : 0;
+  unsigned* scratch = reinterpret_cast<unsigned*>(smem) + warp * 256;
+  unsigned* ov_recs = scratch + mine * 64;
+  while (__any_sync(kFullMask, o < o_end)) {
+    const int take = static_cast<int>(min(o_end - o, 4LL));
+    int incl = take;
+#pragma unroll
+    for (int off = 1; off < kTok; off <<= 1) {
+      const int y = __shfl_up_sync(kFullMask, incl, off, kTok);
+      if (tok >= off) incl += y;
+    }
+    const int total = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
+    const int len = (total + 7) & ~7;
+    __syncwarp();
+    for (int e = 0; e < take; ++e) {
+      const unsigned short v = reinterpret_cast<const unsigned short*>(overflow_data)[o + e];
+      ov_recs[incl - take + e] = static_cast<unsigned>(v) << 16 | static_cast<unsigned>(tok);
+      ov_recs[32 + incl - take + e] = static_cast<unsigned>(overflow_indices[o + e]);
+    }
+    if (tok < len - total) {
+      ov_recs[total + tok] = 0u;
+      ov_recs[32 + total + tok] = 0u;
+    }
+    o += take;
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      const unsigned* recs = scratch + q * 64;
+      const int lq = __shfl_sync(kFullMask, len, q * kTok);
+      for (int k0 = 0; k0 < lq; k0 += 8) {
+        const unsigned lo = recs[k0 + 2 * t], hi = recs[k0 + 2 * t + 1];
+        const long long c = n0 + 8 * g;
+        uint4 x = make_uint4(0u, 0u, 0u, 0u), y = x;
+        if (c < n) {
+          x = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t]) * n + c);
+          y = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t + 1]) * n + c);
+        }
+        kstep_lo<T>(acc[q], lo, hi, x, y, g);
+      }
+    }
+  }
+
+  const long long c = n0 + 8 * g;
+  if (c >= n) return;
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = row0 + q * kTok + 2 * t + h;
+      if (r >= n_rows) continue;
+      uint4 w;
+      w.x = Mma<T>::pack2(acc[q][0][h], acc[q][0][2 + h]);
+      w.y = Mma<T>::pack2(acc[q][1][h], acc[q][1][2 + h]);
+      w.z = Mma<T>::pack2(acc[q][2][h], acc[q][2][2 + h]);
+      w.w = Mma<T>::pack2(acc[q][3][h], acc[q][3][2 + h]);
+      *reinterpret_cast<uint4*>(out + r * n + c) = w;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// v4: no block-wide barrier and no staging instructions in 15 of the 16 warps. Warp 0
+// (also the producer) fills a ring of STAGES stages with bulk copies (cp.async.bulk, completing
+// on the stage's `full` mbarrier): each B row's 64 columns into a row of 160 bytes (so that
+// chunk c of row r sits in bank group (c + 2r) mod 8, the rotation the dealing expects), the
+// block's records of the tile in one copy, and their 64 lengths. The 16 consumer warps wait
+// on `full`, run the k-steps and arrive on the stage's `empty` mbarrier; the producer waits
+// on `empty` before refilling. Records (tc8_records with V4): [tile][group][cap], the
+// offset of the B row is row * 160; lens [tile][groups_pad], groups_pad = 64 ceil(M / 512).
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+               ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  for (unsigned polls = 0;; ++polls) {
+    unsigned done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (done) return;
+    if (polls == (1u << 26)) __trap();  // a protocol error shows as a launch error, not a hang
+  }
+}
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
+                                          unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+               "%2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+__host__ __device__ constexpr int tc8b_stage(int cap) {
+  return kMaxTile * kRowBytes + kWarps * kGroups * cap * 8 + kWarps * kGroups * 4;
+}
+
+template <typename T, int STAGES>
+__device__ __forceinline__ void spmm_tc8b(
+    const uint2* __restrict__ records, const int* __restrict__ lens, int cap,
+    const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
+    const T* __restrict__ overflow_data, long long n_rows, long long n_cols, int tile_width,
+    const T* __restrict__ b, long long n, T* __restrict__ out) {
+  extern __shared__ uint4 smem[];
+  const int stage_bytes = tc8b_stage(cap);
+  const char* base = reinterpret_cast<const char*>(smem);
+  const unsigned sbase = smem_address(smem);
+  const unsigned bars = sbase + STAGES * stage_bytes;  // full[s] at 8 s, empty[s] after
+  unsigned* scratch_all = reinterpret_cast<unsigned*>(smem) + (STAGES * stage_bytes + 16 * STAGES) / 4;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
+  const long long groups_pad = (n_rows + kBlockRows - 1) / kBlockRows * (kWarps * kGroups);
+  const int rec_off = kMaxTile * kRowBytes, len_off = rec_off + kWarps * kGroups * cap * 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), kWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Warp 0 also produces: it fills stage (tile % STAGES) once every warp has released it.
+  const long long block_group = static_cast<long long>(blockIdx.y) * kWarps * kGroups;
+  const unsigned row_bytes =
+      static_cast<unsigned>(min(n - n0, static_cast<long long>(kCols))) * 2u;
+  const unsigned rec_bytes = kWarps * kGroups * cap * 8;
+  auto produce = [&](long long tile) {
+    const int s = static_cast<int>(tile % STAGES);
+    const unsigned round = static_cast<unsigned>(tile / STAGES);
+    mbar_wait(bars + 8 * (STAGES + s), (round & 1u) ^ 1u);
+    const int rows = static_cast<int>(min(static_cast<long long>(tile_width),
+                                          n_cols - tile * tile_width));
+    const unsigned stage = sbase + s * stage_bytes;
+    if (lane == 0) mbar_expect(bars + 8 * s, rows * row_bytes + rec_bytes + kWarps * kGroups * 4);
+    __syncwarp();
+    const T* src = b + tile * tile_width * n + n0;
+    for (int r = lane; r < rows; r += kWarp)
+      bulk_copy(stage + r * kRowBytes, src + r * n, row_bytes, bars + 8 * s);
+    if (lane == 0) {
+      bulk_copy(stage + rec_off, records + (tile * groups_pad + block_group) * cap, rec_bytes,
+                bars + 8 * s);
+      bulk_copy(stage + len_off, lens + tile * groups_pad + block_group, kWarps * kGroups * 4,
+                bars + 8 * s);
+    }
+  };
+  if (warp == 0) {
+    for (int s = 0; s < STAGES - 1 && s < tiles; ++s) produce(s);
+  }
+
+  const unsigned g = lane >> 2, t = lane & 3, gx = 16u * g;
+  const long long row0 = static_cast<long long>(blockIdx.y) * kBlockRows + warp * 32;
+  float acc[kGroups][4][4];
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[q][j][i] = 0.0f;
+
+  for (long long tile = 0; tile < tiles; ++tile) {
+    if (warp == 0 && tile + STAGES - 1 < tiles) produce(tile + STAGES - 1);
+    const int s = static_cast<int>(tile % STAGES);
+    mbar_wait(bars + 8 * s, static_cast<unsigned>(tile / STAGES) & 1u);
+    const char* stage = base + s * stage_bytes;
+    const int4 l4 = *reinterpret_cast<const int4*>(stage + len_off + warp * kGroups * 4);
+    const int ls[4] = {l4.x, l4.y, l4.z, l4.w};
+    const char* bstage = stage + gx;
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      const char* recs = stage + rec_off + (warp * kGroups + q) * cap * 8 + 16 * t;
+      const int steps = ls[q] >> 3;
+      int i = 0;
+      for (; i + 1 < steps; i += 2) {
+        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
+        const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 64 * i + 64);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + r0.y);
+        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + r0.w);
+        const uint4 x1 = *reinterpret_cast<const uint4*>(bstage + r1.y);
+        const uint4 y1 = *reinterpret_cast<const uint4*>(bstage + r1.w);
+        const unsigned s0 = selection_lo(r0.x, r0.z, g), s1 = selection_lo(r1.x, r1.z, g);
+        const unsigned xa[4] = {x0.x, x0.y, x0.z, x0.w}, ya[4] = {y0.x, y0.y, y0.z, y0.w};
+        const unsigned xb[4] = {x1.x, x1.y, x1.z, x1.w}, yb[4] = {y1.x, y1.y, y1.z, y1.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const unsigned a[4] = {__byte_perm(xa[j], ya[j], 0x5410), __byte_perm(xa[j], ya[j], 0x7632),
+                                 __byte_perm(xb[j], yb[j], 0x5410), __byte_perm(xb[j], yb[j], 0x7632)};
+          Mma<T>::run(acc[q][j], a, s0, s1);
+        }
+      }
+      if (i < steps) {
+        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + r0.y);
+        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + r0.w);
+        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+  }
+
+  const int tok = lane & 7, mine = lane >> 3;
+  const long long row = row0 + lane;
+  const bool live = row < n_rows;
+  long long o = live ? overflow_indptr[row] : 0;
+  const long long o_end = live ? overflow_indptr[row + 1] : 0;
+  unsigned* scratch = scratch_all + warp * 256;
+  unsigned* ov_recs = scratch + mine * 64;
+  while (__any_sync(kFullMask, o < o_end)) {
+    const int take = static_cast<int>(min(o_end - o, 4LL));
+    int incl = take;
+#pragma unroll
+    for (int off = 1; off < kTok; off <<= 1) {
+      const int y = __shfl_up_sync(kFullMask, incl, off, kTok);
+      if (tok >= off) incl += y;
+    }
+    const int total = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
+    const int len = (total + 7) & ~7;
+    __syncwarp();
+    for (int e = 0; e < take; ++e) {
+      const unsigned short v = reinterpret_cast<const unsigned short*>(overflow_data)[o + e];
+      ov_recs[incl - take + e] = static_cast<unsigned>(v) << 16 | static_cast<unsigned>(tok);
+      ov_recs[32 + incl - take + e] = static_cast<unsigned>(overflow_indices[o + e]);
+    }
+    if (tok < len - total) {
+      ov_recs[total + tok] = 0u;
+      ov_recs[32 + total + tok] = 0u;
+    }
+    o += take;
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      const unsigned* recs = scratch + q * 64;
+      const int lq = __shfl_sync(kFullMask, len, q * kTok);
+      for (int k0 = 0; k0 < lq; k0 += 8) {
+        const unsigned lo = recs[k0 + 2 * t], hi = recs[k0 + 2 * t + 1];
+        const long long c = n0 + 8 * g;
+        uint4 x = make_uint4(0u, 0u, 0u, 0u), y = x;
+        if (c < n) {
+          x = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t]) * n + c);
+          y = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t + 1]) * n + c);
+        }
+        kstep_lo<T>(acc[q], lo, hi, x, y, g);
+      }
+    }
+  }
+
+  const long long c = n0 + 8 * g;
+  if (c >= n) return;
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = row0 + q * kTok + 2 * t + h;
+      if (r >= n_rows) continue;
+      uint4 w;
+      w.x = Mma<T>::pack2(acc[q][0][h], acc[q][0][2 + h]);
+      w.y = Mma<T>::pack2(acc[q][1][h], acc[q][1][2 + h]);
+      w.z = Mma<T>::pack2(acc[q][2][h], acc[q][2][2 + h]);
+      w.w = Mma<T>::pack2(acc[q][3][h], acc[q][3][2 + h]);
+      *reinterpret_cast<uint4*>(out + r * n + c) = w;
+    }
+  }
+}
+
 }  // namespace
 
-#define PROTO_TC8_RECORDS(NAME, T, SMAX, DEAL)                                                 \
+#define PROTO_TC8_RECORDS(NAME, T, SMAX, DEAL, V4)                                             \
   extern "C" __global__ void __launch_bounds__(256) NAME(                                      \
       const int* __restrict__ counts, const T* __restrict__ data,                             \
       const unsigned short* __restrict__ indices, long long m, long long k, int tile_width,   \
       int slots, uint2* __restrict__ records, int* __restrict__ lens) {                       \
-    tc8_records<T, SMAX, DEAL>(counts, data, indices, m, k, tile_width, slots, records, lens); \
+    tc8_records<T, SMAX, DEAL, V4>(counts, data, indices, m, k, tile_width, slots, records,   \
+                                   lens);                                                     \
   }
 
-PROTO_TC8_RECORDS(proto_tc8_records_bf16_s8, __nv_bfloat16, 8, true)
-PROTO_TC8_RECORDS(proto_tc8_records_bf16_s16, __nv_bfloat16, 16, true)
+PROTO_TC8_RECORDS(proto_tc8_records_bf16_s8, __nv_bfloat16, 8, true, false)
+PROTO_TC8_RECORDS(proto_tc8_records_bf16_s16, __nv_bfloat16, 16, true, false)
+PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s8, __nv_bfloat16, 8, true, true)
+PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s16, __nv_bfloat16, 16, true, true)
 
 #define PROTO_SPMM_TC8R(NAME, T, STAGES)                                                        \
   extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
@@ -598,3 +1003,27 @@ PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s8_p3_deal, __nv_bfloat16, 8, 3, true)
 PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s8_p3_plain, __nv_bfloat16, 8, 3, false)
 PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s16_p3_deal, __nv_bfloat16, 16, 3, true)
 PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s32_p2_plain, __nv_bfloat16, 32, 2, false)
+
+#define PROTO_SPMM_TC8S(NAME, T, STAGES)                                                        \
+  extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
+      const uint2* __restrict__ records, const int* __restrict__ lens, int cap,               \
+      const long long* __restrict__ oi, const int* __restrict__ ox, const T* __restrict__ od, \
+      long long m, long long k, int tile_width, const T* __restrict__ b, long long n,         \
+      T* __restrict__ out) {                                                                  \
+    spmm_tc8s<T, STAGES>(records, lens, cap, oi, ox, od, m, k, tile_width, b, n, out);        \
+  }
+
+PROTO_SPMM_TC8S(proto_spmm_tc8s_bf16_p2, __nv_bfloat16, 2)
+PROTO_SPMM_TC8S(proto_spmm_tc8s_bf16_p3, __nv_bfloat16, 3)
+
+#define PROTO_SPMM_TC8B(NAME, T, STAGES)                                                        \
+  extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                  \
+      const uint2* __restrict__ records, const int* __restrict__ lens, int cap,               \
+      const long long* __restrict__ oi, const int* __restrict__ ox, const T* __restrict__ od, \
+      long long m, long long k, int tile_width, const T* __restrict__ b, long long n,         \
+      T* __restrict__ out) {                                                                  \
+    spmm_tc8b<T, STAGES>(records, lens, cap, oi, ox, od, m, k, tile_width, b, n, out);        \
+  }
+
+PROTO_SPMM_TC8B(proto_spmm_tc8b_bf16_p2, __nv_bfloat16, 2)
+PROTO_SPMM_TC8B(proto_spmm_tc8b_bf16_p3, __nv_bfloat16, 3)
