@@ -1,32 +1,38 @@
-// PROTOTYPE (not in the package): Y = A @ B for a 16-bit TwELL A (tile width <= 256), on
-// tensor cores, with the tokens (rows of A) as the MMA's n = 8 and each B tile staged in
-// shared memory once per block of 512 rows.
+// PROTOTYPE (not in the package): Y = A @ B for a bfloat16 TwELL A (tile width <= 256), on
+// tensor cores, with the tokens (rows of A) as the MMA's n and each B tile staged in shared
+// memory once per block of 512 rows and 64 columns.
 //
 // The question (benchmarks/NOTES.md, open question 3): the shipped gather kernel
 // twell_spmm_rows reads the B row of every entry from L2 (3.8 GB at 99% on the paper's
 // down projection: 0.47 ms, dense cuBLAS 0.42). Staging B[tile, 64 columns] once per
-// 512-row block cuts L2 traffic to ~0.74 GB, but then every entry's 64 columns come from
-// shared memory, and the earlier tensor-core kernel (twell_spmm_mma: 16 rows as the MMA's m,
-// ldmatrix.trans of 8 gathered rows) spent 306 M instructions and 97 M wavefronts there
-// (0.61 ms). What is new here:
-//   * Y^T = B^T (gathered) x S, S[record][token] = value where the record's row is the token:
-//     m16n8k8 with the 8 tokens of a group as n, so the selection matrix wastes 8x, not 16x,
-//     and a lane builds one 32-bit S register per k-step;
+// 512-row block cuts L2 traffic to ~0.74 GB; every entry's 64 columns then come from
+// shared memory. The earlier tensor-core kernel twell_spmm_mma (16 rows as the MMA's m,
+// ldmatrix.trans of 8 gathered rows) spent 306 M instructions there (0.61 ms). Here:
+//   * Y^T = B^T (gathered) x S, S[record][token] = the record's value where its row is the
+//     token: the 8 tokens of a group are the MMA's n, so S wastes 8x, not 16x;
 //   * no ldmatrix: the MMA's m index g of column tile j is output column 8g + 2j and g + 8 is
-//     8g + 2j + 1, so lane (g, t) reads the 16-byte chunk g of its two records' B rows
-//     (LDS.128) and two byte permutes make each A register: 4 MMAs per 2 loads, and lane
-//     (g, t) ends holding 8 contiguous output columns of tokens 2t and 2t + 1 (16-byte stores);
-//   * (DEAL) the records of a (group, tile) dealt so that the 4 records one LDS.128 reads
-//     (positions 2t + p of a k-step, t = 0..3) have distinct (column & 3), which the swizzle
-//     of the B tile (chunk c of row r at c ^ 2 (r & 3)) maps to distinct banks.
-// Each warp owns 4 groups (32 rows) and builds its own records, one tile ahead, from the
-// slots it loaded into registers while the previous tile's k-steps ran. The overflow is
-// added at the end with the same k-steps, B rows read from global memory.
+//     8g + 2j + 1, so lane (g, t) reads the 16-byte chunk g of each of its records' B rows
+//     (LDS.128) and two byte permutes make each A register; lane (g, t) ends holding 8
+//     contiguous output columns of tokens 2t and 2t + 1 (16-byte stores);
+//   * the records of a (group, tile) are dealt (tc8_records) so that the 4 records one
+//     LDS.128 reads (positions 2t + p of a k-step, t = 0..3) have distinct (row & 3), which
+//     the B tile's layout maps to distinct bank groups.
+// Records are built once per call by tc8_records (8 bytes each: value bits << 16 | token,
+// and the byte offset of the record's B row in a stage). A pair of k-steps is one m16n8k16
+// (the pair's second records are k = 8..15), an odd last one an m16n8k8.
+// Two forms of the pipeline, both measured (NOTES, thirteenth session):
+//   * v3 spmm_tc8s: every thread cp.asyncs 4 chunks of the B tile and its warp's records,
+//     a block-wide barrier per tile (the B rows swizzled: chunk c of row r at c ^ 2 (r & 3));
+//   * v4 spmm_tc8b: warp 0 also produces, with bulk copies on `full`/`empty` mbarriers, no
+//     block-wide barrier (B rows padded to 160 bytes: chunk c of row r in bank group
+//     (c + 2r) mod 8). One bulk copy per 128-byte row made it 3x slower than v3.
+// The overflow is added at the end with the same k-steps, B rows from global memory.
 // Sums: per output, the slot entries tile by tile in the dealt order, then the overflow,
 // each MMA accumulating in fp32: deterministic, not the gather kernel's bits.
-// Preconditions (the script): tile_width <= 256, slots <= SMAX, N % 8 == 0, B and Y
-// 16-byte aligned, B finite (0 * Inf in the selection matrix). Grid: (ceil(N / 64),
-// ceil(M / 512)), 512 threads. Dynamic shared memory: proto_smem(SMAX, STAGES) bytes.
+// Preconditions (the script): tile_width <= 256, slots <= 16, N % 8 == 0, B and Y 16-byte
+// aligned, B finite (0 * Inf in S). Grid: (ceil(N / 64), ceil(M / 512)), 512 threads.
+// Earlier forms (v1: each warp building its records per tile; v2: v3 without its address
+// and MMA changes) are in git at c5e9226.
 #include "mma.cuh"
 
 using namespace twell;
@@ -48,37 +54,8 @@ template <> struct Mma8<__nv_bfloat16> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(b));
   }
 };
-template <> struct Mma8<__half> {
-  __device__ static void run(float (&d)[4], unsigned a0, unsigned a1, unsigned b) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(b));
-  }
-};
-
-// Record: value bits << 16 | token << 8 | column within the tile (the B row of the stage).
-__device__ __forceinline__ unsigned selection(unsigned lo, unsigned hi, unsigned g) {
-  const unsigned l = ((lo >> 8) & 7u) == g ? lo >> 16 : 0u;
-  const unsigned h = ((hi >> 8) & 7u) == g ? hi & 0xffff0000u : 0u;
-  return l | h;
-}
-
 __device__ __forceinline__ int swizzled(unsigned row, unsigned chunk) {
   return static_cast<int>(row * 8u + (chunk ^ ((row & 3u) << 1)));
-}
-
-// One k-step of 8 records: lo/hi are the records at positions 2t and 2t + 1, L0/L1 the
-// chunk g of their B rows.
-template <typename T>
-__device__ __forceinline__ void kstep(float (&acc)[4][4], unsigned lo, unsigned hi,
-                                      const uint4& x, const uint4& y, unsigned g) {
-  const unsigned s = selection(lo, hi, g);
-  const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    Mma8<T>::run(acc[j], __byte_perm(xs[j], ys[j], 0x5410), __byte_perm(xs[j], ys[j], 0x7632),
-                 s);
-  }
 }
 
 // Where sorted record i of a group goes: quad Q = i mod nq, member i div nq; quad Q is the
@@ -88,217 +65,6 @@ __device__ __forceinline__ int dealt(int i, int nq) {
   const int q = i - member * nq;
   return 8 * (q >> 1) + 2 * member + (q & 1);
 }
-
-template <typename T, int SMAX, int STAGES, bool DEAL>
-__device__ __forceinline__ void spmm_tc8(
-    const int* __restrict__ counts, const T* __restrict__ data,
-    const unsigned short* __restrict__ indices, const long long* __restrict__ overflow_indptr,
-    const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
-    long long n_rows, long long n_cols, int tile_width, int slots, const T* __restrict__ b,
-    long long n, T* __restrict__ out) {
-  constexpr int kCap = kTok * SMAX;  // records of one (group, tile), padded
-  extern __shared__ uint4 smem[];
-  uint4* stages = smem;                                                  // STAGES x 256 x 8
-  unsigned* records = reinterpret_cast<unsigned*>(smem + STAGES * kMaxTile * 8);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const unsigned g = lane >> 2, t = lane & 3;   // MMA roles
-  const int tok = lane & 7, mine = lane >> 3;   // this lane's token: group `mine`, token `tok`
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
-  const long long row0 = static_cast<long long>(blockIdx.y) * kBlockRows + warp * 32;
-  const long long row = row0 + lane;
-  const bool live = row < n_rows;
-  unsigned* warp_records = records + warp * 2 * kGroups * kCap;  // [2][kGroups][kCap]
-  const unsigned short* bits = reinterpret_cast<const unsigned short*>(data);
-
-  auto stage_tile = [&](long long tile) {
-    uint4* stage = stages + (tile % STAGES) * (kMaxTile * 8);
-    for (int i = threadIdx.x; i < tile_width * 8; i += kWarps * kWarp) {
-      const int r = i >> 3, c = i & 7;
-      const long long k = tile * tile_width + r, col = n0 + c * 8;
-      const bool inside = k < n_cols && col < n;
-      cp_async16(stage + swizzled(r, c), inside ? b + k * n + col : b, inside);
-    }
-  };
-  // This lane's entries of a tile: count and SMAX slots (value bits << 16 | column).
-  int cnt;
-  unsigned ent[SMAX];
-  auto load_slots = [&](long long tile) {
-    const long long pair = row * tiles + tile;
-    cnt = live && tile < tiles ? counts[pair] : 0;
-#pragma unroll
-    for (int s = 0; s < SMAX; ++s) {
-      ent[s] = 0u;
-      if (s < slots && live && tile < tiles) {
-        ent[s] = static_cast<unsigned>(bits[pair * slots + s]) << 16 | indices[pair * slots + s];
-      }
-    }
-  };
-  // Writes the warp's records of the loaded tile into buffer `buf`; returns the padded
-  // length of group `q` in lane q (q < 4).
-  auto build = [&](int buf) {
-    unsigned* out_recs = warp_records + (buf * kGroups + mine) * kCap;
-    // Packed per-class counts (byte c: entries of column class c), scanned over the group.
-    unsigned pc = 0;
-    if (DEAL) {
-#pragma unroll
-      for (int s = 0; s < SMAX; ++s)
-        if (s < cnt) pc += 1u << (8 * (ent[s] & 3u));
-    } else {
-      pc = static_cast<unsigned>(cnt);
-    }
-    unsigned incl = pc;
-#pragma unroll
-    for (int off = 1; off < kTok; off <<= 1) {
-      const unsigned y = __shfl_up_sync(kFullMask, incl, off, kTok);
-      if (tok >= off) incl += y;
-    }
-    const unsigned tot = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
-    const int total = DEAL ? static_cast<int>((tot & 0xff) + ((tot >> 8) & 0xff) +
-                                              ((tot >> 16) & 0xff) + (tot >> 24))
-                           : static_cast<int>(tot);
-    const int len = (total + 7) & ~7, nq = len / 4;
-    unsigned next = DEAL ? tot * 0x01010100u + (incl - pc) : incl - pc;
-    const unsigned owner = static_cast<unsigned>(tok) << 8;
-#pragma unroll
-    for (int s = 0; s < SMAX; ++s) {
-      if (s < cnt) {
-        int pos;
-        if (DEAL) {
-          const unsigned shift = 8 * (ent[s] & 3u);
-          pos = dealt(static_cast<int>((next >> shift) & 0xffu), nq);
-          next += 1u << shift;
-        } else {
-          pos = static_cast<int>(next++);
-        }
-        out_recs[pos] = (ent[s] & 0xffff0000u) | owner | (ent[s] & 0xffu);
-      }
-    }
-    if (tok < len - total) out_recs[DEAL ? dealt(total + tok, nq) : total + tok] = 0u;
-    int lens = 0;
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      const int l = __shfl_sync(kFullMask, len, q * kTok);
-      if (lane == q) lens = l;
-    }
-    return lens;
-  };
-
-  float acc[kGroups][4][4];
-#pragma unroll
-  for (int q = 0; q < kGroups; ++q)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[q][j][i] = 0.0f;
-
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < tiles) stage_tile(s);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-  load_slots(0);
-  int lens = build(0);
-  asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
-  __syncthreads();
-  for (long long tile = 0; tile < tiles; ++tile) {
-    if (tile + STAGES - 1 < tiles) stage_tile(tile + STAGES - 1);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    load_slots(tile + 1);
-    const uint4* stage = stages + (tile % STAGES) * (kMaxTile * 8);
-    const int buf = static_cast<int>(tile & 1);
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      const unsigned* recs = warp_records + (buf * kGroups + q) * kCap;
-      const int len = __shfl_sync(kFullMask, lens, q);
-      for (int k0 = 0; k0 < len; k0 += 16) {
-        const uint2 r0 = *reinterpret_cast<const uint2*>(recs + k0 + 2 * t);
-        uint2 r1 = make_uint2(0u, 0u);
-        if (k0 + 8 < len) r1 = *reinterpret_cast<const uint2*>(recs + k0 + 8 + 2 * t);
-        const uint4 x0 = stage[swizzled(r0.x & 0xffu, g)], y0 = stage[swizzled(r0.y & 0xffu, g)];
-        const uint4 x1 = stage[swizzled(r1.x & 0xffu, g)], y1 = stage[swizzled(r1.y & 0xffu, g)];
-        kstep<T>(acc[q], r0.x, r0.y, x0, y0, g);
-        kstep<T>(acc[q], r1.x, r1.y, x1, y1, g);
-      }
-    }
-    __syncwarp();  // every lane is done with buffer buf ^ 1 (tile - 1) before it is rewritten
-    lens = build(buf ^ 1);
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
-    __syncthreads();  // the next stage is complete; this one is free
-  }
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-
-  // Overflow: rounds of up to 4 entries a row, B rows from global memory.
-  long long o = live ? overflow_indptr[row] : 0;
-  const long long o_end = live ? overflow_indptr[row + 1] : 0;
-  unsigned* ov_recs = warp_records + mine * 2 * 32;  // 32 records, then their 32 columns
-  while (__any_sync(kFullMask, o < o_end)) {
-    const int take = static_cast<int>(min(o_end - o, 4LL));
-    int incl = take;
-#pragma unroll
-    for (int off = 1; off < kTok; off <<= 1) {
-      const int y = __shfl_up_sync(kFullMask, incl, off, kTok);
-      if (tok >= off) incl += y;
-    }
-    const int total = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
-    const int len = (total + 7) & ~7;
-    __syncwarp();
-    for (int e = 0; e < take; ++e) {
-      const unsigned short v =
-          reinterpret_cast<const unsigned short*>(overflow_data)[o + e];
-      ov_recs[incl - take + e] = static_cast<unsigned>(v) << 16 | static_cast<unsigned>(tok) << 8;
-      ov_recs[32 + incl - take + e] = static_cast<unsigned>(overflow_indices[o + e]);
-    }
-    if (tok < len - total) {
-      ov_recs[total + tok] = 0u;
-      ov_recs[32 + total + tok] = 0u;
-    }
-    o += take;
-    __syncwarp();
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      const unsigned* recs = warp_records + q * 2 * 32;
-      const int lq = __shfl_sync(kFullMask, len, q * kTok);
-      for (int k0 = 0; k0 < lq; k0 += 8) {
-        const unsigned lo = recs[k0 + 2 * t], hi = recs[k0 + 2 * t + 1];
-        const long long c = n0 + 8 * g;
-        uint4 x = make_uint4(0u, 0u, 0u, 0u), y = x;
-        if (c < n) {
-          x = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t]) * n + c);
-          y = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t + 1]) * n + c);
-        }
-        kstep<T>(acc[q], lo, hi, x, y, g);
-      }
-    }
-  }
-
-  // Stores: lane (g, t) holds columns n0 + 8g .. + 7 of tokens 2t and 2t + 1 of each group.
-  const long long c = n0 + 8 * g;
-  if (c >= n) return;
-#pragma unroll
-  for (int q = 0; q < kGroups; ++q) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const long long r = row0 + q * kTok + 2 * t + h;
-      if (r >= n_rows) continue;
-      uint4 w;
-      w.x = Mma<T>::pack2(acc[q][0][h], acc[q][0][2 + h]);
-      w.y = Mma<T>::pack2(acc[q][1][h], acc[q][1][2 + h]);
-      w.z = Mma<T>::pack2(acc[q][2][h], acc[q][2][2 + h]);
-      w.w = Mma<T>::pack2(acc[q][3][h], acc[q][3][2 + h]);
-      *reinterpret_cast<uint4*>(out + r * n + c) = w;
-    }
-  }
-}
-
-
-// ---------------------------------------------------------------------------------------------
-// v2: the records built once per call (tc8_records), not once per column block. A record is
-// 8 bytes: value bits << 16 | token, and the byte offset of its B row's chunk 0 in a stage,
-// row * 128 + 32 (row & 3), so that lane g's swizzled chunk is at that offset ^ 16 g.
-// records[(group * tiles + tile) * cap + position], cap = 8 * slots; lens[tile * groups4 +
-// group]: the (group, tile)'s padded length (a multiple of 8), groups4 = 4 ceil(M / 32).
-// ---------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ unsigned selection_lo(unsigned lo, unsigned hi, unsigned g) {
   const unsigned l = (lo & 7u) == g ? lo >> 16 : 0u;
@@ -386,123 +152,28 @@ __device__ __forceinline__ void tc8_records(
   }
 }
 
-// Block: 16 warps x 4 groups (512 rows) x 64 columns; per tile and stage: the B tile (as v1),
-// the block's records (cp.async, each group's padded length), the 64 lengths. Dynamic shared
-// memory: STAGES * tc8r_stage(cap) bytes.
+// v3's shared memory per stage: the B tile (rows of 128 bytes, swizzled), the block's
+// records, the 64 lengths.
 __host__ __device__ constexpr int tc8r_stage(int cap) {
   return kMaxTile * 128 + kWarps * kGroups * cap * 8 + kWarps * kGroups * 4;
 }
 
-template <typename T, int STAGES>
-__device__ __forceinline__ void spmm_tc8r(
-    const uint2* __restrict__ records, const int* __restrict__ lens, int cap,
+// The rows' overflow entries, in rounds of up to 4 a row (the same k-steps, B rows read from
+// global memory), then the stores: lane (g, t) holds columns n0 + 8g .. + 7 of tokens 2t
+// and 2t + 1 of each group. `scratch`: 256 words of shared memory for the warp alone.
+template <typename T>
+__device__ __forceinline__ void overflow_and_store(
+    float (&acc)[kGroups][4][4], unsigned* scratch, long long row0, int lane,
     const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
-    const T* __restrict__ overflow_data, long long n_rows, long long n_cols, int tile_width,
-    const T* __restrict__ b, long long n, T* __restrict__ out) {
-  extern __shared__ uint4 smem[];
-  const int stage_bytes = tc8r_stage(cap);
-  char* base = reinterpret_cast<char*>(smem);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const unsigned g = lane >> 2, t = lane & 3, gx = 16u * g;
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
-  const long long row0 = static_cast<long long>(blockIdx.y) * kBlockRows + warp * 32;
-  const long long groups4 = (n_rows + 31) / 32 * 4;
-  const long long group0 = row0 / kTok;  // the warp's first group
-  const bool warp_live = row0 < n_rows;
-
-  auto b_stage = [&](long long tile) { return base + (tile % STAGES) * stage_bytes; };
-  auto rec_stage = [&](long long tile) {
-    return reinterpret_cast<uint2*>(b_stage(tile) + kMaxTile * 128);
-  };
-  auto len_stage = [&](long long tile) {
-    return reinterpret_cast<int*>(b_stage(tile) + kMaxTile * 128 + kWarps * kGroups * cap * 8);
-  };
-  auto lens_of = [&](long long tile) {
-    return warp_live && tile < tiles
-               ? *reinterpret_cast<const int4*>(lens + tile * groups4 + group0)
-               : make_int4(0, 0, 0, 0);
-  };
-  auto load_tile = [&](long long tile, int4 l) {
-    uint4* stage = reinterpret_cast<uint4*>(b_stage(tile));
-#pragma unroll
-    for (int u = 0; u < kMaxTile * 8 / (kWarps * kWarp); ++u) {
-      const int i = threadIdx.x + u * kWarps * kWarp, r = i >> 3, c = i & 7;
-      if (r < tile_width) {
-        const long long k = tile * tile_width + r, col = n0 + c * 8;
-        const bool inside = k < n_cols && col < n;
-        cp_async16(stage + swizzled(r, c), inside ? b + k * n + col : b, inside);
-      }
-    }
-    uint2* dst = rec_stage(tile) + warp * kGroups * cap;
-    const int ls[4] = {l.x, l.y, l.z, l.w};
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      const uint2* src = records + ((group0 + q) * tiles + tile) * cap;
-      for (int i = lane; i < ls[q] / 2; i += kWarp) cp_async16(dst + q * cap + 2 * i, src + 2 * i, true);
-    }
-    if (lane == 0) *reinterpret_cast<int4*>(len_stage(tile) + warp * kGroups) = l;
-  };
-
-  float acc[kGroups][4][4];
-#pragma unroll
-  for (int q = 0; q < kGroups; ++q)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[q][j][i] = 0.0f;
-
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < tiles) load_tile(s, lens_of(s));
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-  int4 next_lens = lens_of(STAGES - 1);
-  asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
-  __syncthreads();
-  for (long long tile = 0; tile < tiles; ++tile) {
-    if (tile + STAGES - 1 < tiles) load_tile(tile + STAGES - 1, next_lens);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    next_lens = lens_of(tile + STAGES);
-    const char* stage = b_stage(tile);
-    const uint2* recs_w = rec_stage(tile) + warp * kGroups * cap;
-    const int* lens_w = len_stage(tile) + warp * kGroups;
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      const uint2* recs = recs_w + q * cap;
-      const int steps = lens_w[q] / 8;
-      int i = 0;
-      for (; i + 1 < steps; i += 2) {
-        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 8 * i + 2 * t);
-        const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 8 * i + 8 + 2 * t);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
-        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
-        const uint4 x1 = *reinterpret_cast<const uint4*>(stage + (r1.y ^ gx));
-        const uint4 y1 = *reinterpret_cast<const uint4*>(stage + (r1.w ^ gx));
-        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
-        kstep_lo<T>(acc[q], r1.x, r1.z, x1, y1, g);
-      }
-      if (i < steps) {
-        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 8 * i + 2 * t);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
-        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
-        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
-      }
-    }
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
-    __syncthreads();  // the next stage is complete; this one is free
-  }
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  __syncthreads();  // every warp is done with the stages: each borrows 1 KB of stage 0
-
-  // Overflow: rounds of up to 4 entries a row, B rows from global memory.
+    const T* __restrict__ overflow_data, long long n_rows, const T* __restrict__ b,
+    long long n, long long n0, T* __restrict__ out) {
+  const unsigned g = lane >> 2, t = lane & 3;
   const int tok = lane & 7, mine = lane >> 3;
   const long long row = row0 + lane;
   const bool live = row < n_rows;
   long long o = live ? overflow_indptr[row] : 0;
   const long long o_end = live ? overflow_indptr[row + 1] : 0;
-  unsigned* scratch = reinterpret_cast<unsigned*>(base) + warp * 256;
-  unsigned* ov_recs = scratch + mine * 64;  // 32 records, then their 32 columns
+  unsigned* ov_recs = scratch + mine * 64;
   while (__any_sync(kFullMask, o < o_end)) {
     const int take = static_cast<int>(min(o_end - o, 4LL));
     int incl = take;
@@ -560,9 +231,8 @@ __device__ __forceinline__ void spmm_tc8r(
   }
 }
 
-// v3: v2 with the staging addresses computed once per thread (a running source pointer per
-// chunk), stage indices as ints, and each pair of k-steps as one m16n8k16 (the same PRMTs:
-// the pair's second records are the MMA's k = 8..15): half the MMAs, half the chain length.
+// v3: the staging addresses computed once per thread (a running source pointer per chunk),
+// stage indices as ints.
 __device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* src, bool inside) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                :: "r"(dst), "l"(src), "r"(inside ? 16 : 0) : "memory");
@@ -686,68 +356,8 @@ __device__ __forceinline__ void spmm_tc8s(
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
   __syncthreads();  // every warp is done with the stages: each borrows 1 KB of stage 0
 
-  const int tok = lane & 7, mine = lane >> 3;
-  const long long row = row0 + lane;
-  const bool live = row < n_rows;
-  long long o = live ? overflow_indptr[row] : 0;
-  const long long o_end = live ? overflow_indptr[row + 1] : 0;
-  unsigned* scratch = reinterpret_cast<unsigned*>(smem) + warp * 256;
-  unsigned* ov_recs = scratch + mine * 64;
-  while (__any_sync(kFullMask, o < o_end)) {
-    const int take = static_cast<int>(min(o_end - o, 4LL));
-    int incl = take;
-#pragma unroll
-    for (int off = 1; off < kTok; off <<= 1) {
-      const int y = __shfl_up_sync(kFullMask, incl, off, kTok);
-      if (tok >= off) incl += y;
-    }
-    const int total = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
-    const int len = (total + 7) & ~7;
-    __syncwarp();
-    for (int e = 0; e < take; ++e) {
-      const unsigned short v = reinterpret_cast<const unsigned short*>(overflow_data)[o + e];
-      ov_recs[incl - take + e] = static_cast<unsigned>(v) << 16 | static_cast<unsigned>(tok);
-      ov_recs[32 + incl - take + e] = static_cast<unsigned>(overflow_indices[o + e]);
-    }
-    if (tok < len - total) {
-      ov_recs[total + tok] = 0u;
-      ov_recs[32 + total + tok] = 0u;
-    }
-    o += take;
-    __syncwarp();
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      const unsigned* recs = scratch + q * 64;
-      const int lq = __shfl_sync(kFullMask, len, q * kTok);
-      for (int k0 = 0; k0 < lq; k0 += 8) {
-        const unsigned lo = recs[k0 + 2 * t], hi = recs[k0 + 2 * t + 1];
-        const long long c = n0 + 8 * g;
-        uint4 x = make_uint4(0u, 0u, 0u, 0u), y = x;
-        if (c < n) {
-          x = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t]) * n + c);
-          y = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t + 1]) * n + c);
-        }
-        kstep_lo<T>(acc[q], lo, hi, x, y, g);
-      }
-    }
-  }
-
-  const long long c = n0 + 8 * g;
-  if (c >= n) return;
-#pragma unroll
-  for (int q = 0; q < kGroups; ++q) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const long long r = row0 + q * kTok + 2 * t + h;
-      if (r >= n_rows) continue;
-      uint4 w;
-      w.x = Mma<T>::pack2(acc[q][0][h], acc[q][0][2 + h]);
-      w.y = Mma<T>::pack2(acc[q][1][h], acc[q][1][2 + h]);
-      w.z = Mma<T>::pack2(acc[q][2][h], acc[q][2][2 + h]);
-      w.w = Mma<T>::pack2(acc[q][3][h], acc[q][3][2 + h]);
-      *reinterpret_cast<uint4*>(out + r * n + c) = w;
-    }
-  }
+  overflow_and_store<T>(acc, reinterpret_cast<unsigned*>(smem) + warp * 256, row0, lane, overflow_indptr, overflow_indices,
+                        overflow_data, n_rows, b, n, n0, out);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -896,68 +506,8 @@ __device__ __forceinline__ void spmm_tc8b(
     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
   }
 
-  const int tok = lane & 7, mine = lane >> 3;
-  const long long row = row0 + lane;
-  const bool live = row < n_rows;
-  long long o = live ? overflow_indptr[row] : 0;
-  const long long o_end = live ? overflow_indptr[row + 1] : 0;
-  unsigned* scratch = scratch_all + warp * 256;
-  unsigned* ov_recs = scratch + mine * 64;
-  while (__any_sync(kFullMask, o < o_end)) {
-    const int take = static_cast<int>(min(o_end - o, 4LL));
-    int incl = take;
-#pragma unroll
-    for (int off = 1; off < kTok; off <<= 1) {
-      const int y = __shfl_up_sync(kFullMask, incl, off, kTok);
-      if (tok >= off) incl += y;
-    }
-    const int total = __shfl_sync(kFullMask, incl, kTok - 1, kTok);
-    const int len = (total + 7) & ~7;
-    __syncwarp();
-    for (int e = 0; e < take; ++e) {
-      const unsigned short v = reinterpret_cast<const unsigned short*>(overflow_data)[o + e];
-      ov_recs[incl - take + e] = static_cast<unsigned>(v) << 16 | static_cast<unsigned>(tok);
-      ov_recs[32 + incl - take + e] = static_cast<unsigned>(overflow_indices[o + e]);
-    }
-    if (tok < len - total) {
-      ov_recs[total + tok] = 0u;
-      ov_recs[32 + total + tok] = 0u;
-    }
-    o += take;
-    __syncwarp();
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      const unsigned* recs = scratch + q * 64;
-      const int lq = __shfl_sync(kFullMask, len, q * kTok);
-      for (int k0 = 0; k0 < lq; k0 += 8) {
-        const unsigned lo = recs[k0 + 2 * t], hi = recs[k0 + 2 * t + 1];
-        const long long c = n0 + 8 * g;
-        uint4 x = make_uint4(0u, 0u, 0u, 0u), y = x;
-        if (c < n) {
-          x = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t]) * n + c);
-          y = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t + 1]) * n + c);
-        }
-        kstep_lo<T>(acc[q], lo, hi, x, y, g);
-      }
-    }
-  }
-
-  const long long c = n0 + 8 * g;
-  if (c >= n) return;
-#pragma unroll
-  for (int q = 0; q < kGroups; ++q) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const long long r = row0 + q * kTok + 2 * t + h;
-      if (r >= n_rows) continue;
-      uint4 w;
-      w.x = Mma<T>::pack2(acc[q][0][h], acc[q][0][2 + h]);
-      w.y = Mma<T>::pack2(acc[q][1][h], acc[q][1][2 + h]);
-      w.z = Mma<T>::pack2(acc[q][2][h], acc[q][2][2 + h]);
-      w.w = Mma<T>::pack2(acc[q][3][h], acc[q][3][2 + h]);
-      *reinterpret_cast<uint4*>(out + r * n + c) = w;
-    }
-  }
+  overflow_and_store<T>(acc, scratch_all + warp * 256, row0, lane, overflow_indptr, overflow_indices,
+                        overflow_data, n_rows, b, n, n0, out);
 }
 
 }  // namespace
@@ -976,54 +526,16 @@ PROTO_TC8_RECORDS(proto_tc8_records_bf16_s16, __nv_bfloat16, 16, true, false)
 PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s8, __nv_bfloat16, 8, true, true)
 PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s16, __nv_bfloat16, 16, true, true)
 
-#define PROTO_SPMM_TC8R(NAME, T, STAGES)                                                        \
+#define PROTO_SPMM(NAME, KERNEL, T, STAGES)                                                     \
   extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
       const uint2* __restrict__ records, const int* __restrict__ lens, int cap,               \
       const long long* __restrict__ oi, const int* __restrict__ ox, const T* __restrict__ od, \
       long long m, long long k, int tile_width, const T* __restrict__ b, long long n,         \
       T* __restrict__ out) {                                                                  \
-    spmm_tc8r<T, STAGES>(records, lens, cap, oi, ox, od, m, k, tile_width, b, n, out);        \
+    KERNEL<T, STAGES>(records, lens, cap, oi, ox, od, m, k, tile_width, b, n, out);           \
   }
 
-PROTO_SPMM_TC8R(proto_spmm_tc8r_bf16_p2, __nv_bfloat16, 2)
-PROTO_SPMM_TC8R(proto_spmm_tc8r_bf16_p3, __nv_bfloat16, 3)
-
-#define PROTO_SPMM_TC8(NAME, T, SMAX, STAGES, DEAL)                                            \
-  extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
-      const int* __restrict__ counts, const T* __restrict__ data,                             \
-      const unsigned short* __restrict__ indices, const long long* __restrict__ oi,           \
-      const int* __restrict__ ox, const T* __restrict__ od, long long m, long long k,         \
-      int tile_width, int slots, const T* __restrict__ b, long long n, T* __restrict__ out) { \
-    spmm_tc8<T, SMAX, STAGES, DEAL>(counts, data, indices, oi, ox, od, m, k, tile_width,      \
-                                    slots, b, n, out);                                        \
-  }
-
-PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s8_p2_deal, __nv_bfloat16, 8, 2, true)
-PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s8_p3_deal, __nv_bfloat16, 8, 3, true)
-PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s8_p3_plain, __nv_bfloat16, 8, 3, false)
-PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s16_p3_deal, __nv_bfloat16, 16, 3, true)
-PROTO_SPMM_TC8(proto_spmm_tc8_bf16_s32_p2_plain, __nv_bfloat16, 32, 2, false)
-
-#define PROTO_SPMM_TC8S(NAME, T, STAGES)                                                        \
-  extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
-      const uint2* __restrict__ records, const int* __restrict__ lens, int cap,               \
-      const long long* __restrict__ oi, const int* __restrict__ ox, const T* __restrict__ od, \
-      long long m, long long k, int tile_width, const T* __restrict__ b, long long n,         \
-      T* __restrict__ out) {                                                                  \
-    spmm_tc8s<T, STAGES>(records, lens, cap, oi, ox, od, m, k, tile_width, b, n, out);        \
-  }
-
-PROTO_SPMM_TC8S(proto_spmm_tc8s_bf16_p2, __nv_bfloat16, 2)
-PROTO_SPMM_TC8S(proto_spmm_tc8s_bf16_p3, __nv_bfloat16, 3)
-
-#define PROTO_SPMM_TC8B(NAME, T, STAGES)                                                        \
-  extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                  \
-      const uint2* __restrict__ records, const int* __restrict__ lens, int cap,               \
-      const long long* __restrict__ oi, const int* __restrict__ ox, const T* __restrict__ od, \
-      long long m, long long k, int tile_width, const T* __restrict__ b, long long n,         \
-      T* __restrict__ out) {                                                                  \
-    spmm_tc8b<T, STAGES>(records, lens, cap, oi, ox, od, m, k, tile_width, b, n, out);        \
-  }
-
-PROTO_SPMM_TC8B(proto_spmm_tc8b_bf16_p2, __nv_bfloat16, 2)
-PROTO_SPMM_TC8B(proto_spmm_tc8b_bf16_p3, __nv_bfloat16, 3)
+PROTO_SPMM(proto_spmm_tc8s_bf16_p2, spmm_tc8s, __nv_bfloat16, 2)
+PROTO_SPMM(proto_spmm_tc8s_bf16_p3, spmm_tc8s, __nv_bfloat16, 3)
+PROTO_SPMM(proto_spmm_tc8b_bf16_p2, spmm_tc8b, __nv_bfloat16, 2)
+PROTO_SPMM(proto_spmm_tc8b_bf16_p3, spmm_tc8b, __nv_bfloat16, 3)

@@ -7,9 +7,10 @@ entry's B row from L2 (0.47 ms on the paper's down projection; dense cuBLAS 0.42
 device call answers: is the prototype right (relative error against the float64 product
 within bf16 rounding; outputs poisoned with NaN, ``?n``: n left unwritten), on shapes with
 partial row blocks, partial tiles, partial column blocks and overflow; and how fast is each
-variant (slot capacity SMAX, pipeline stages, records dealt by bank class or not) against
-the launcher's pick, the gather kernel, the older tensor-core kernel and dense cuBLAS, on
-the same inputs. Run from the repository root on an H100/H200:
+variant (v3 or v4, 2 or 3 pipeline stages; the records kernel timed apart too) against the
+launcher's pick, the gather kernel and dense cuBLAS, on the same inputs (``--only 0.99
+--variant v3_p2``: one case and one variant, for a profiler). Run from the repository root
+on an H100/H200:
 
     PYTHONPATH=. timeout 400 python benchmarks/prototypes/spmm_tc8.py [--only 0.99 --variant V]
 """
@@ -29,26 +30,20 @@ sys.path.insert(0, str(HERE.parent))  # benchmarks/
 import _dev  # noqa: E402
 
 ROWS, COLS, THREADS, MAX_TILE = 512, 64, 512, 256
-#: name suffix: (SMAX, STAGES)
-VARIANTS = {}
-#: v2 (records built once per call by tc8_records) and v3 (v2 with m16n8k16 pairs and the
-#: staging addresses computed once): name: (kernel, STAGES)
-V2 = {"v2_p2": ("tc8r", 2), "v3_p2": ("tc8s", 2), "v3_p3": ("tc8s", 3),
-      "v4_p2": ("tc8b", 2), "v4_p3": ("tc8b", 3)}
+#: name: (kernel, STAGES). v3 ("tc8s"): cp.async by every thread, a block barrier per tile;
+#: v4 ("tc8b"): bulk copies by warp 0 on mbarriers (spmm_tc8.cu).
+VARIANTS = {"v3_p2": ("tc8s", 2), "v3_p3": ("tc8s", 3), "v4_p2": ("tc8b", 2),
+            "v4_p3": ("tc8b", 3)}
 SMEM_LIMIT = 227 * 1024
+MODULE = {}
 
 
-def smem(smax, stages):
-    return stages * MAX_TILE * 128 + 16 * 2 * 4 * 8 * smax * 4
-
-
-def v2_smem(cap, stages, kind="tc8r"):
-    if kind == "tc8b":  # rows of 160 bytes, the mbarriers, 1 KB of scratch per warp
+def smem(cap, stages, kind):
+    """Dynamic shared memory: the stages (B tile, records, lengths); v4 also its mbarriers and
+    1 KB of scratch per warp (v3 borrows stage 0 for it)."""
+    if kind == "tc8b":  # B rows of 160 bytes
         return stages * (MAX_TILE * 160 + 64 * cap * 8 + 64 * 4) + 16 * stages + 16 * 1024
     return stages * (MAX_TILE * 128 + 64 * cap * 8 + 64 * 4)
-
-
-MODULE = {}
 
 
 def kernels():
@@ -56,11 +51,7 @@ def kernels():
                             options=(*_kernels.OPTIONS, f"-I{_kernels.source_dir()}"))
     MODULE["m"] = module
     out = {}
-    for name, (smax, stages) in VARIANTS.items():
-        k = module.get_function(f"proto_spmm_tc8_bf16_{name}")
-        k.max_dynamic_shared_size_bytes = smem(smax, stages)
-        out[name] = k
-    for name, (kind, stages) in V2.items():
+    for name, (kind, stages) in VARIANTS.items():
         k = module.get_function(f"proto_spmm_{kind}_bf16_p{stages}")
         k.max_dynamic_shared_size_bytes = SMEM_LIMIT
         out[name] = k
@@ -70,11 +61,11 @@ def kernels():
 def records(a, v4=False):
     """tc8_records: (records, lens, cap) of a (v4: the block-contiguous layout)."""
     p, (m, k) = a._parts, a.shape
-    tiles, cap, groups4 = -(-k // a.tile_width), 8 * a.slots, -(-m // 32) * 4
+    tiles, cap, groups = -(-k // a.tile_width), 8 * a.slots, -(-m // 32) * 4
     if v4:
-        groups4 = -(-m // ROWS) * 64
-    recs = cupy.empty(max(groups4 * tiles * cap * 2, 4), dtype=np.uint32)
-    lens = (cupy.zeros if v4 else cupy.empty)(max(tiles * groups4, 4), dtype=np.int32)
+        groups = -(-m // ROWS) * 64
+    recs = cupy.empty(max(groups * tiles * cap * 2, 4), dtype=np.uint32)
+    lens = (cupy.zeros if v4 else cupy.empty)(max(tiles * groups, 4), dtype=np.int32)
     kern = MODULE["m"].get_function(f"proto_tc8_records{'_v4' if v4 else ''}_bf16_s"
                                     f"{8 if a.slots <= 8 else 16}")
     kern((-(-m // 256),), (256,), (p.counts, p.data, p.indices, np.int64(m), np.int64(k),
@@ -82,27 +73,16 @@ def records(a, v4=False):
     return recs, lens, cap
 
 
-def run_v2(kernel, name, a, b, poison=False, built=None):
+def run(kernel, name, a, b, poison=False, built=None):
+    """The records (unless ``built``), then the product; NaN-poisoned output if ``poison``."""
     p, (m, k), n = a._parts, a.shape, b.shape[1]
-    kind, stages = V2[name]
+    kind, stages = VARIANTS[name]
     recs, lens, cap = built or records(a, v4=kind == "tc8b")
     y = cupy.full((m, n), np.nan, dtype=b.dtype) if poison else cupy.empty((m, n), b.dtype)
     kernel((-(-n // COLS), -(-m // ROWS)), (THREADS,), (
         recs, lens, np.int32(cap), p.overflow_indptr, p.overflow_indices, p.overflow_data,
         np.int64(m), np.int64(k), np.int32(a.tile_width), b, np.int64(n), y),
-        shared_mem=v2_smem(cap, stages, kind))
-    return y
-
-
-def run(kernel, name, a, b, poison=False):
-    if name in V2:
-        return run_v2(kernel, name, a, b, poison)
-    p, (m, k), n = a._parts, a.shape, b.shape[1]
-    y = cupy.full((m, n), np.nan, dtype=b.dtype) if poison else cupy.empty((m, n), b.dtype)
-    kernel((-(-n // COLS), -(-m // ROWS)), (THREADS,), (
-        p.counts, p.data, p.indices, p.overflow_indptr, p.overflow_indices, p.overflow_data,
-        np.int64(m), np.int64(k), np.int32(a.tile_width), np.int32(a.slots), b, np.int64(n), y),
-        shared_mem=smem(*VARIANTS[name]))
+        shared_mem=smem(cap, stages, kind))
     return y
 
 
@@ -112,10 +92,9 @@ def rel(y, want):
 
 
 def fits(name, a):
-    if name in V2:
-        return (a.slots <= 16 and a.tile_width <= MAX_TILE
-                and v2_smem(8 * a.slots, V2[name][1], V2[name][0]) <= SMEM_LIMIT)
-    return a.slots <= VARIANTS[name][0] and a.tile_width <= MAX_TILE
+    kind, stages = VARIANTS[name]
+    return (a.slots <= 16 and a.tile_width <= MAX_TILE
+            and smem(8 * a.slots, stages, kind) <= SMEM_LIMIT)
 
 
 def check(ks, label, z, b):
@@ -171,7 +150,7 @@ def main():
     m, k, n = 16384, 5632, 2048
     print(f"\nFFN down projection M={m} K={k} N={n} bf16: ms (CUDA events, median of "
           f"{args.reps}); rel. error in brackets where above 5e-3")
-    heads = ["dense", "launcher", "rows", "v4 records", "v4_p2 main"] + list(ks)
+    heads = ["dense", "launcher", "rows", "records", "v3_p2 main"] + list(ks)
     print(f"{'sparsity':10s}{'S':>4s} " + " ".join(f"{h:>13s}" for h in heads), flush=True)
     sparsities = [args.only] if args.only else [0.999, 0.995, 0.99, 0.95, 0.90]
     for s in sparsities:
@@ -188,17 +167,15 @@ def main():
                 a = twell.TwELLMatrix(z, slots=top)
             fns = {"dense": lambda: z @ down, "launcher": lambda a=a: a @ down,
                    "rows": lambda a=a: _cupy_backend.spmm(a._parts, a.shape, a.tile_width, down,
-                                                          down.dtype, variant="rows"),
-                   "mma": lambda a=a: _cupy_backend.spmm(a._parts, a.shape, a.tile_width, down,
-                                                         down.dtype, variant="mma")}
+                                                          down.dtype, variant="rows")}
             for name, kern in ks.items():
                 if fits(name, a):
                     fns[name] = lambda kern=kern, name=name, a=a: run(kern, name, a, down)
-            if "v4_p2" in ks and fits("v4_p2", a):
-                built = records(a, v4=True)
-                fns["v4 records"] = lambda a=a: records(a, v4=True)[0]
-                fns["v4_p2 main"] = lambda a=a, built=built: run_v2(ks["v4_p2"], "v4_p2", a,
-                                                                     down, built=built)
+            if "v3_p2" in ks and fits("v3_p2", a):
+                built = records(a)
+                fns["records"] = lambda a=a: records(a)[0]
+                fns["v3_p2 main"] = lambda a=a, built=built: run(ks["v3_p2"], "v3_p2", a, down,
+                                                                  built=built)
             cells = []
             for h in heads:
                 if h not in fns:
