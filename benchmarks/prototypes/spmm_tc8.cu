@@ -20,17 +20,21 @@
 // Records are built once per call by tc8_records (8 bytes each: value bits << 16 | token,
 // and the byte offset of the record's B row in a stage). A pair of k-steps is one m16n8k16
 // (the pair's second records are k = 8..15), an odd last one an m16n8k8.
-// Two forms of the pipeline, both measured (NOTES, thirteenth session):
+// Three forms of the pipeline, all measured (NOTES, thirteenth session):
 //   * v3 spmm_tc8s: every thread cp.asyncs 4 chunks of the B tile and its warp's records,
 //     a block-wide barrier per tile (the B rows swizzled: chunk c of row r at c ^ 2 (r & 3));
-//   * v4 spmm_tc8b: warp 0 also produces, with bulk copies on `full`/`empty` mbarriers, no
-//     block-wide barrier (B rows padded to 160 bytes: chunk c of row r in bank group
-//     (c + 2r) mod 8). One bulk copy per 128-byte row made it 3x slower than v3.
+//   * v4 spmm_tc8b<PRE = false>: warp 0 also produces, with bulk copies on `full`/`empty`
+//     mbarriers, no block-wide barrier (B rows padded to 160 bytes: chunk c of row r in bank
+//     group (c + 2r) mod 8). One bulk copy per 128-byte row made it 3x slower than v3;
+//   * v5 spmm_tc8b<PRE = true>: one 32 KB bulk copy per tile, from b_tiles, a copy of B laid
+//     out as [column block][row, padded to whole tiles][64 columns] with v3's swizzle (built
+//     by the script). The fastest: 0.51 ms at 99%, bound by shared-memory wavefronts.
 // The overflow is added at the end with the same k-steps, B rows from global memory.
 // Sums: per output, the slot entries tile by tile in the dealt order, then the overflow,
 // each MMA accumulating in fp32: deterministic, not the gather kernel's bits.
-// Preconditions (the script): tile_width <= 256, slots <= 16, N % 8 == 0, B and Y 16-byte
-// aligned, B finite (0 * Inf in S). Grid: (ceil(N / 64), ceil(M / 512)), 512 threads.
+// Preconditions (the script): tile_width <= 256 and a multiple of 4, slots <= 16, N % 8 == 0,
+// B and Y 16-byte aligned, B finite (0 * Inf in S). Grid: (ceil(N / 64), ceil(M / 512)),
+// 512 threads.
 // Earlier forms (v1: each warp building its records per tile; v2: v3 without its address
 // and MMA changes) are in git at c5e9226.
 #include "mma.cuh"
@@ -85,7 +89,7 @@ __device__ __forceinline__ void kstep_lo(float (&acc)[4][4], unsigned lo, unsign
 }
 
 // One warp per 32 rows (4 groups), looping over the tiles. Grid: ceil(M / 256), 256 threads.
-template <typename T, int SMAX, bool DEAL, bool V4 = false>
+template <typename T, int SMAX, bool DEAL, bool BLOCKED = false, bool PADDED = false>
 __device__ __forceinline__ void tc8_records(
     const int* __restrict__ counts, const T* __restrict__ data,
     const unsigned short* __restrict__ indices, long long n_rows, long long n_cols,
@@ -130,7 +134,7 @@ __device__ __forceinline__ void tc8_records(
     const int len = (total + 7) & ~7, nq = len / 4;
     unsigned next = DEAL ? tot * 0x01010100u + (incl - pc) : incl - pc;
     const long long groups_pad = (n_rows + kBlockRows - 1) / kBlockRows * (kWarps * kGroups);
-    uint2* out = records + (V4 ? tile * groups_pad + group : group * tiles + tile) * cap;
+    uint2* out = records + (BLOCKED ? tile * groups_pad + group : group * tiles + tile) * cap;
 #pragma unroll
     for (int s = 0; s < SMAX; ++s) {
       if (s < cnt) {
@@ -144,11 +148,11 @@ __device__ __forceinline__ void tc8_records(
         }
         const unsigned r = ent[s] & 0xffu;
         out[pos] = make_uint2((ent[s] & 0xffff0000u) | static_cast<unsigned>(tok),
-                              V4 ? r * kRowBytes : r * 128u + 32u * (r & 3u));
+                              PADDED ? r * kRowBytes : r * 128u + 32u * (r & 3u));
       }
     }
     if (tok < len - total) out[DEAL ? dealt(total + tok, nq) : total + tok] = make_uint2(0u, 0u);
-    if (tok == 0) lens[tile * (V4 ? groups_pad : groups4) + group] = len;
+    if (tok == 0) lens[tile * (BLOCKED ? groups_pad : groups4) + group] = len;
   }
 }
 
@@ -397,18 +401,19 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                "%2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+template <bool PRE>
 __host__ __device__ constexpr int tc8b_stage(int cap) {
-  return kMaxTile * kRowBytes + kWarps * kGroups * cap * 8 + kWarps * kGroups * 4;
+  return kMaxTile * (PRE ? 128 : kRowBytes) + kWarps * kGroups * cap * 8 + kWarps * kGroups * 4;
 }
 
-template <typename T, int STAGES>
+template <typename T, int STAGES, bool PRE>
 __device__ __forceinline__ void spmm_tc8b(
     const uint2* __restrict__ records, const int* __restrict__ lens, int cap,
     const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
     const T* __restrict__ overflow_data, long long n_rows, long long n_cols, int tile_width,
-    const T* __restrict__ b, long long n, T* __restrict__ out) {
+    const T* __restrict__ b, const T* __restrict__ b_tiles, long long n, T* __restrict__ out) {
   extern __shared__ uint4 smem[];
-  const int stage_bytes = tc8b_stage(cap);
+  const int stage_bytes = tc8b_stage<PRE>(cap);
   const char* base = reinterpret_cast<const char*>(smem);
   const unsigned sbase = smem_address(smem);
   const unsigned bars = sbase + STAGES * stage_bytes;  // full[s] at 8 s, empty[s] after
@@ -417,7 +422,8 @@ __device__ __forceinline__ void spmm_tc8b(
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
   const long long groups_pad = (n_rows + kBlockRows - 1) / kBlockRows * (kWarps * kGroups);
-  const int rec_off = kMaxTile * kRowBytes, len_off = rec_off + kWarps * kGroups * cap * 8;
+  const int rec_off = kMaxTile * (PRE ? 128 : kRowBytes);
+  const int len_off = rec_off + kWarps * kGroups * cap * 8;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
@@ -439,11 +445,18 @@ __device__ __forceinline__ void spmm_tc8b(
     const int rows = static_cast<int>(min(static_cast<long long>(tile_width),
                                           n_cols - tile * tile_width));
     const unsigned stage = sbase + s * stage_bytes;
-    if (lane == 0) mbar_expect(bars + 8 * s, rows * row_bytes + rec_bytes + kWarps * kGroups * 4);
+    const unsigned b_bytes = PRE ? tile_width * 128u : rows * row_bytes;
+    if (lane == 0) mbar_expect(bars + 8 * s, b_bytes + rec_bytes + kWarps * kGroups * 4);
     __syncwarp();
-    const T* src = b + tile * tile_width * n + n0;
-    for (int r = lane; r < rows; r += kWarp)
-      bulk_copy(stage + r * kRowBytes, src + r * n, row_bytes, bars + 8 * s);
+    if (PRE) {  // the tile's 64 columns, swizzled beforehand: one copy
+      if (lane == 0)
+        bulk_copy(stage, b_tiles + (blockIdx.x * tiles + tile) * tile_width * kCols, b_bytes,
+                  bars + 8 * s);
+    } else {
+      const T* src = b + tile * tile_width * n + n0;
+      for (int r = lane; r < rows; r += kWarp)
+        bulk_copy(stage + r * kRowBytes, src + r * n, row_bytes, bars + 8 * s);
+    }
     if (lane == 0) {
       bulk_copy(stage + rec_off, records + (tile * groups_pad + block_group) * cap, rec_bytes,
                 bars + 8 * s);
@@ -472,7 +485,7 @@ __device__ __forceinline__ void spmm_tc8b(
     const char* stage = base + s * stage_bytes;
     const int4 l4 = *reinterpret_cast<const int4*>(stage + len_off + warp * kGroups * 4);
     const int ls[4] = {l4.x, l4.y, l4.z, l4.w};
-    const char* bstage = stage + gx;
+    const char* bstage = stage + (PRE ? 0 : gx);
 #pragma unroll
     for (int q = 0; q < kGroups; ++q) {
       const char* recs = stage + rec_off + (warp * kGroups + q) * cap * 8 + 16 * t;
@@ -481,10 +494,10 @@ __device__ __forceinline__ void spmm_tc8b(
       for (; i + 1 < steps; i += 2) {
         const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
         const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 64 * i + 64);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + r0.y);
-        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + r0.w);
-        const uint4 x1 = *reinterpret_cast<const uint4*>(bstage + r1.y);
-        const uint4 y1 = *reinterpret_cast<const uint4*>(bstage + r1.w);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.y ^ gx : r0.y));
+        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.w ^ gx : r0.w));
+        const uint4 x1 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r1.y ^ gx : r1.y));
+        const uint4 y1 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r1.w ^ gx : r1.w));
         const unsigned s0 = selection_lo(r0.x, r0.z, g), s1 = selection_lo(r1.x, r1.z, g);
         const unsigned xa[4] = {x0.x, x0.y, x0.z, x0.w}, ya[4] = {y0.x, y0.y, y0.z, y0.w};
         const unsigned xb[4] = {x1.x, x1.y, x1.z, x1.w}, yb[4] = {y1.x, y1.y, y1.z, y1.w};
@@ -497,8 +510,8 @@ __device__ __forceinline__ void spmm_tc8b(
       }
       if (i < steps) {
         const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + r0.y);
-        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + r0.w);
+        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.y ^ gx : r0.y));
+        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.w ^ gx : r0.w));
         kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
       }
     }
@@ -512,19 +525,21 @@ __device__ __forceinline__ void spmm_tc8b(
 
 }  // namespace
 
-#define PROTO_TC8_RECORDS(NAME, T, SMAX, DEAL, V4)                                             \
+#define PROTO_TC8_RECORDS(NAME, T, SMAX, DEAL, BLOCKED, PADDED)                                \
   extern "C" __global__ void __launch_bounds__(256) NAME(                                      \
       const int* __restrict__ counts, const T* __restrict__ data,                             \
       const unsigned short* __restrict__ indices, long long m, long long k, int tile_width,   \
       int slots, uint2* __restrict__ records, int* __restrict__ lens) {                       \
-    tc8_records<T, SMAX, DEAL, V4>(counts, data, indices, m, k, tile_width, slots, records,   \
-                                   lens);                                                     \
+    tc8_records<T, SMAX, DEAL, BLOCKED, PADDED>(counts, data, indices, m, k, tile_width, slots,  \
+                                                records, lens);                               \
   }
 
-PROTO_TC8_RECORDS(proto_tc8_records_bf16_s8, __nv_bfloat16, 8, true, false)
-PROTO_TC8_RECORDS(proto_tc8_records_bf16_s16, __nv_bfloat16, 16, true, false)
-PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s8, __nv_bfloat16, 8, true, true)
-PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s16, __nv_bfloat16, 16, true, true)
+PROTO_TC8_RECORDS(proto_tc8_records_bf16_s8, __nv_bfloat16, 8, true, false, false)
+PROTO_TC8_RECORDS(proto_tc8_records_bf16_s16, __nv_bfloat16, 16, true, false, false)
+PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s8, __nv_bfloat16, 8, true, true, true)
+PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s16, __nv_bfloat16, 16, true, true, true)
+PROTO_TC8_RECORDS(proto_tc8_records_v5_bf16_s8, __nv_bfloat16, 8, true, true, false)
+PROTO_TC8_RECORDS(proto_tc8_records_v5_bf16_s16, __nv_bfloat16, 16, true, true, false)
 
 #define PROTO_SPMM(NAME, KERNEL, T, STAGES)                                                     \
   extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
@@ -537,5 +552,19 @@ PROTO_TC8_RECORDS(proto_tc8_records_v4_bf16_s16, __nv_bfloat16, 16, true, true)
 
 PROTO_SPMM(proto_spmm_tc8s_bf16_p2, spmm_tc8s, __nv_bfloat16, 2)
 PROTO_SPMM(proto_spmm_tc8s_bf16_p3, spmm_tc8s, __nv_bfloat16, 3)
-PROTO_SPMM(proto_spmm_tc8b_bf16_p2, spmm_tc8b, __nv_bfloat16, 2)
-PROTO_SPMM(proto_spmm_tc8b_bf16_p3, spmm_tc8b, __nv_bfloat16, 3)
+
+// v4 (PRE false: B read in place) and v5 (PRE true: b_tiles, B's tiles swizzled beforehand).
+#define PROTO_SPMM_B(NAME, T, STAGES, PRE)                                                      \
+  extern "C" __global__ void __launch_bounds__(kWarps * kWarp, 1) NAME(                        \
+      const uint2* __restrict__ records, const int* __restrict__ lens, int cap,               \
+      const long long* __restrict__ oi, const int* __restrict__ ox, const T* __restrict__ od, \
+      long long m, long long k, int tile_width, const T* __restrict__ b,                      \
+      const T* __restrict__ b_tiles, long long n, T* __restrict__ out) {                      \
+    spmm_tc8b<T, STAGES, PRE>(records, lens, cap, oi, ox, od, m, k, tile_width, b, b_tiles, n, \
+                              out);                                                           \
+  }
+
+PROTO_SPMM_B(proto_spmm_tc8b_bf16_p2, __nv_bfloat16, 2, false)
+PROTO_SPMM_B(proto_spmm_tc8b_bf16_p3, __nv_bfloat16, 3, false)
+PROTO_SPMM_B(proto_spmm_tc8t_bf16_p2, __nv_bfloat16, 2, true)
+PROTO_SPMM_B(proto_spmm_tc8t_bf16_p3, __nv_bfloat16, 3, true)

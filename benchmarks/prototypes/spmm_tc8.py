@@ -31,9 +31,11 @@ import _dev  # noqa: E402
 
 ROWS, COLS, THREADS, MAX_TILE = 512, 64, 512, 256
 #: name: (kernel, STAGES). v3 ("tc8s"): cp.async by every thread, a block barrier per tile;
-#: v4 ("tc8b"): bulk copies by warp 0 on mbarriers (spmm_tc8.cu).
+#: v4 ("tc8b"): bulk copies by warp 0 on mbarriers, one per B row; v5 ("tc8t"): v4 with one
+#: copy per tile from B's tiles swizzled beforehand (`b_tiles`, timed apart) (spmm_tc8.cu).
 VARIANTS = {"v3_p2": ("tc8s", 2), "v3_p3": ("tc8s", 3), "v4_p2": ("tc8b", 2),
-            "v4_p3": ("tc8b", 3)}
+            "v5_p2": ("tc8t", 2), "v5_p3": ("tc8t", 3)}
+RECORDS = {"tc8s": "", "tc8b": "_v4", "tc8t": "_v5"}
 SMEM_LIMIT = 227 * 1024
 MODULE = {}
 
@@ -41,8 +43,9 @@ MODULE = {}
 def smem(cap, stages, kind):
     """Dynamic shared memory: the stages (B tile, records, lengths); v4 also its mbarriers and
     1 KB of scratch per warp (v3 borrows stage 0 for it)."""
-    if kind == "tc8b":  # B rows of 160 bytes
-        return stages * (MAX_TILE * 160 + 64 * cap * 8 + 64 * 4) + 16 * stages + 16 * 1024
+    if kind in ("tc8b", "tc8t"):  # v4: B rows of 160 bytes
+        row = 160 if kind == "tc8b" else 128
+        return stages * (MAX_TILE * row + 64 * cap * 8 + 64 * 4) + 16 * stages + 16 * 1024
     return stages * (MAX_TILE * 128 + 64 * cap * 8 + 64 * 4)
 
 
@@ -58,30 +61,55 @@ def kernels():
     return out
 
 
-def records(a, v4=False):
-    """tc8_records: (records, lens, cap) of a (v4: the block-contiguous layout)."""
+def records(a, kind="tc8s"):
+    """tc8_records: (records, lens, cap) of a, in the layout of kernel ``kind``."""
     p, (m, k) = a._parts, a.shape
     tiles, cap, groups = -(-k // a.tile_width), 8 * a.slots, -(-m // 32) * 4
-    if v4:
+    blocked = kind != "tc8s"
+    if blocked:
         groups = -(-m // ROWS) * 64
     recs = cupy.empty(max(groups * tiles * cap * 2, 4), dtype=np.uint32)
-    lens = (cupy.zeros if v4 else cupy.empty)(max(tiles * groups, 4), dtype=np.int32)
-    kern = MODULE["m"].get_function(f"proto_tc8_records{'_v4' if v4 else ''}_bf16_s"
+    lens = (cupy.zeros if blocked else cupy.empty)(max(tiles * groups, 4), dtype=np.int32)
+    kern = MODULE["m"].get_function(f"proto_tc8_records{RECORDS[kind]}_bf16_s"
                                     f"{8 if a.slots <= 8 else 16}")
     kern((-(-m // 256),), (256,), (p.counts, p.data, p.indices, np.int64(m), np.int64(k),
                                    np.int32(a.tile_width), np.int32(a.slots), recs, lens))
     return recs, lens, cap
 
 
+TILES = {}
+
+
+def b_tiles(b, tile_width):
+    """v5's copy of B: [column block][row, padded to whole tiles][64 columns], each row's
+    16-byte chunk c at c ^ 2 (row & 3) (the swizzle the records' offsets assume)."""
+    k, n = b.shape
+    kp, blocks = -(-k // tile_width) * tile_width, -(-n // COLS)
+    padded = cupy.zeros((kp, blocks * COLS), dtype=b.dtype)
+    padded[:k, :n] = b
+    x = padded.reshape(kp, blocks, 8, 8).transpose(1, 0, 2, 3)
+    rows = cupy.arange(kp)
+    source = cupy.arange(8)[None, :] ^ (2 * (rows & 3))[:, None]  # chunk at each position
+    return cupy.ascontiguousarray(x[:, rows[:, None], source, :])
+
+
 def run(kernel, name, a, b, poison=False, built=None):
-    """The records (unless ``built``), then the product; NaN-poisoned output if ``poison``."""
+    """The records (unless ``built``), then the product; NaN-poisoned output if ``poison``.
+    v5's swizzled B is built once per B and kept (``b_tiles``, timed apart)."""
     p, (m, k), n = a._parts, a.shape, b.shape[1]
     kind, stages = VARIANTS[name]
-    recs, lens, cap = built or records(a, v4=kind == "tc8b")
+    recs, lens, cap = built or records(a, kind)
     y = cupy.full((m, n), np.nan, dtype=b.dtype) if poison else cupy.empty((m, n), b.dtype)
+    extra = ()
+    if kind != "tc8s":
+        key = (b.data.ptr, b.shape, a.tile_width)
+        if kind == "tc8t" and key not in TILES:
+            TILES.clear()
+            TILES[key] = b_tiles(b, a.tile_width)
+        extra = (TILES[key] if kind == "tc8t" else b,)
     kernel((-(-n // COLS), -(-m // ROWS)), (THREADS,), (
         recs, lens, np.int32(cap), p.overflow_indptr, p.overflow_indices, p.overflow_data,
-        np.int64(m), np.int64(k), np.int32(a.tile_width), b, np.int64(n), y),
+        np.int64(m), np.int64(k), np.int32(a.tile_width), b, *extra, np.int64(n), y),
         shared_mem=smem(cap, stages, kind))
     return y
 
@@ -100,6 +128,7 @@ def fits(name, a):
 def check(ks, label, z, b):
     """Poisoned outputs of every variant that fits, against the float64 product."""
     want = z.astype(np.float64) @ b.astype(np.float64)
+    TILES.clear()  # a new B (the pool may give it a freed B's address)
     a = twell.TwELLMatrix(z, slots=SLOTS.get(label, "auto"))
     cells = []
     for name, kern in ks.items():
@@ -150,7 +179,7 @@ def main():
     m, k, n = 16384, 5632, 2048
     print(f"\nFFN down projection M={m} K={k} N={n} bf16: ms (CUDA events, median of "
           f"{args.reps}); rel. error in brackets where above 5e-3")
-    heads = ["dense", "launcher", "rows", "records", "v3_p2 main"] + list(ks)
+    heads = ["dense", "launcher", "rows", "records", "v3_p2 main", "B tiles"] + list(ks)
     print(f"{'sparsity':10s}{'S':>4s} " + " ".join(f"{h:>13s}" for h in heads), flush=True)
     sparsities = [args.only] if args.only else [0.999, 0.995, 0.99, 0.95, 0.90]
     for s in sparsities:
@@ -158,6 +187,7 @@ def main():
         down = (cupy.asarray(rng.standard_normal((k, n), dtype=np.float32))
                 / np.sqrt(k)).astype(bf16)
         want = z.astype(np.float32) @ down.astype(np.float32)
+        TILES.clear()
         for slots in ("auto", "max"):
             a = twell.TwELLMatrix(z)
             if slots == "max":
@@ -176,6 +206,7 @@ def main():
                 fns["records"] = lambda a=a: records(a)[0]
                 fns["v3_p2 main"] = lambda a=a, built=built: run(ks["v3_p2"], "v3_p2", a, down,
                                                                   built=built)
+            fns["B tiles"] = lambda a=a: b_tiles(down, a.tile_width)
             cells = []
             for h in heads:
                 if h not in fns:
