@@ -37,9 +37,11 @@
 // 512 threads.
 // Earlier forms (v1: each warp building its records per tile; v2: v3 without its address
 // and MMA changes) are in git at c5e9226.
+#include "mbarrier.cuh"
 #include "mma.cuh"
 
 using namespace twell;
+using namespace twell_proto;
 
 namespace {
 
@@ -89,6 +91,39 @@ __device__ __forceinline__ void kstep_lo(float (&acc)[4][4], unsigned lo, unsign
 }
 
 // One warp per 32 rows (4 groups), looping over the tiles. Grid: ceil(M / 256), 256 threads.
+// One group's k-steps in a stage: pairs of k-steps as one m16n8k16 (the pair's second records
+// are k = 8..15), an odd last one as m16n8k8. `recs`: this lane's first record pair (16 t
+// bytes in); a record's offset names its B row's chunk 0, and lane g's chunk is at
+// b_stage + (offset ^ 16 g) in swizzled rows (v3, v5) or b_stage + offset + 16 g in padded
+// ones (v4).
+template <typename T, bool SWIZZLED>
+__device__ __forceinline__ void group_ksteps(float (&acc)[4][4], const char* recs, int steps,
+                                             const char* b_stage, unsigned g) {
+  const unsigned gx = 16u * g;
+  auto chunk = [&](unsigned offset) {
+    return *reinterpret_cast<const uint4*>(b_stage + (SWIZZLED ? offset ^ gx : offset + gx));
+  };
+  int i = 0;
+  for (; i + 1 < steps; i += 2) {
+    const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
+    const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 64 * i + 64);
+    const uint4 x0 = chunk(r0.y), y0 = chunk(r0.w), x1 = chunk(r1.y), y1 = chunk(r1.w);
+    const unsigned s0 = selection_lo(r0.x, r0.z, g), s1 = selection_lo(r1.x, r1.z, g);
+    const unsigned xa[4] = {x0.x, x0.y, x0.z, x0.w}, ya[4] = {y0.x, y0.y, y0.z, y0.w};
+    const unsigned xb[4] = {x1.x, x1.y, x1.z, x1.w}, yb[4] = {y1.x, y1.y, y1.z, y1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned a[4] = {__byte_perm(xa[j], ya[j], 0x5410), __byte_perm(xa[j], ya[j], 0x7632),
+                             __byte_perm(xb[j], yb[j], 0x5410), __byte_perm(xb[j], yb[j], 0x7632)};
+      Mma<T>::run(acc[j], a, s0, s1);
+    }
+  }
+  if (i < steps) {
+    const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
+    kstep_lo<T>(acc, r0.x, r0.z, chunk(r0.y), chunk(r0.w), g);
+  }
+}
+
 template <typename T, int SMAX, bool DEAL, bool BLOCKED = false, bool PADDED = false>
 __device__ __forceinline__ void tc8_records(
     const int* __restrict__ counts, const T* __restrict__ data,
@@ -111,7 +146,9 @@ __device__ __forceinline__ void tc8_records(
 #pragma unroll
     for (int s = 0; s < SMAX; ++s) {
       ent[s] = 0u;
-      if (s < cnt) ent[s] = static_cast<unsigned>(bits[pair * slots + s]) << 16 | indices[pair * slots + s];
+      if (s < cnt) {
+        ent[s] = static_cast<unsigned>(bits[pair * slots + s]) << 16 | indices[pair * slots + s];
+      }
     }
     unsigned pc = 0;
     if (DEAL) {
@@ -209,8 +246,9 @@ __device__ __forceinline__ void overflow_and_store(
         const long long c = n0 + 8 * g;
         uint4 x = make_uint4(0u, 0u, 0u, 0u), y = x;
         if (c < n) {
-          x = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t]) * n + c);
-          y = *reinterpret_cast<const uint4*>(b + static_cast<long long>(recs[32 + k0 + 2 * t + 1]) * n + c);
+          const long long lo_row = recs[32 + k0 + 2 * t], hi_row = recs[32 + k0 + 2 * t + 1];
+          x = *reinterpret_cast<const uint4*>(b + lo_row * n + c);
+          y = *reinterpret_cast<const uint4*>(b + hi_row * n + c);
         }
         kstep_lo<T>(acc[q], lo, hi, x, y, g);
       }
@@ -253,7 +291,7 @@ __device__ __forceinline__ void spmm_tc8s(
   const char* base = reinterpret_cast<const char*>(smem);
   const unsigned sbase = smem_address(smem);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const unsigned g = lane >> 2, t = lane & 3, gx = 16u * g;
+  const unsigned g = lane >> 2, t = lane & 3;
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
   const long long row0 = static_cast<long long>(blockIdx.y) * kBlockRows + warp * 32;
@@ -296,7 +334,10 @@ __device__ __forceinline__ void spmm_tc8s(
       for (int i = lane; 2 * i < ls[q]; i += kWarp)
         cp_async16_shared(rd + (q * cap + 2 * i) * 8, rs + q * group_step + 2 * i, true);
     }
-    if (lane == 0) *reinterpret_cast<int4*>(reinterpret_cast<char*>(smem) + slot * stage_bytes + len_off) = l;
+    if (lane == 0) {
+      char* lens_at = reinterpret_cast<char*>(smem) + slot * stage_bytes + len_off;
+      *reinterpret_cast<int4*>(lens_at) = l;
+    }
   };
 
   float acc[kGroups][4][4];
@@ -325,32 +366,7 @@ __device__ __forceinline__ void spmm_tc8s(
     const int ls[4] = {l4.x, l4.y, l4.z, l4.w};
 #pragma unroll
     for (int q = 0; q < kGroups; ++q) {
-      const char* recs = stage + rec_off + q * cap * 8 + 16 * t;
-      const int steps = ls[q] >> 3;
-      int i = 0;
-      for (; i + 1 < steps; i += 2) {
-        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
-        const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 64 * i + 64);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
-        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
-        const uint4 x1 = *reinterpret_cast<const uint4*>(stage + (r1.y ^ gx));
-        const uint4 y1 = *reinterpret_cast<const uint4*>(stage + (r1.w ^ gx));
-        const unsigned s0 = selection_lo(r0.x, r0.z, g), s1 = selection_lo(r1.x, r1.z, g);
-        const unsigned xa[4] = {x0.x, x0.y, x0.z, x0.w}, ya[4] = {y0.x, y0.y, y0.z, y0.w};
-        const unsigned xb[4] = {x1.x, x1.y, x1.z, x1.w}, yb[4] = {y1.x, y1.y, y1.z, y1.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const unsigned a[4] = {__byte_perm(xa[j], ya[j], 0x5410), __byte_perm(xa[j], ya[j], 0x7632),
-                                 __byte_perm(xb[j], yb[j], 0x5410), __byte_perm(xb[j], yb[j], 0x7632)};
-          Mma<T>::run(acc[q][j], a, s0, s1);
-        }
-      }
-      if (i < steps) {
-        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(stage + (r0.y ^ gx));
-        const uint4 y0 = *reinterpret_cast<const uint4*>(stage + (r0.w ^ gx));
-        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
-      }
+      group_ksteps<T, true>(acc[q], stage + rec_off + q * cap * 8 + 16 * t, ls[q] >> 3, stage, g);
     }
     asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
     __syncthreads();  // the next stage is complete; this one is free
@@ -360,8 +376,8 @@ __device__ __forceinline__ void spmm_tc8s(
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
   __syncthreads();  // every warp is done with the stages: each borrows 1 KB of stage 0
 
-  overflow_and_store<T>(acc, reinterpret_cast<unsigned*>(smem) + warp * 256, row0, lane, overflow_indptr, overflow_indices,
-                        overflow_data, n_rows, b, n, n0, out);
+  overflow_and_store<T>(acc, reinterpret_cast<unsigned*>(smem) + warp * 256, row0, lane,
+                        overflow_indptr, overflow_indices, overflow_data, n_rows, b, n, n0, out);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -375,26 +391,6 @@ __device__ __forceinline__ void spmm_tc8s(
 // offset of the B row is row * 160; lens [tile][groups_pad], groups_pad = 64 ceil(M / 512).
 // ---------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
-               ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  for (unsigned polls = 0;; ++polls) {
-    unsigned done;
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    if (done) return;
-    if (polls == (1u << 26)) __trap();  // a protocol error shows as a launch error, not a hang
-  }
-}
 __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
                                           unsigned bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
@@ -417,7 +413,8 @@ __device__ __forceinline__ void spmm_tc8b(
   const char* base = reinterpret_cast<const char*>(smem);
   const unsigned sbase = smem_address(smem);
   const unsigned bars = sbase + STAGES * stage_bytes;  // full[s] at 8 s, empty[s] after
-  unsigned* scratch_all = reinterpret_cast<unsigned*>(smem) + (STAGES * stage_bytes + 16 * STAGES) / 4;
+  unsigned* scratch_all =
+      reinterpret_cast<unsigned*>(smem) + (STAGES * stage_bytes + 16 * STAGES) / 4;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long n0 = static_cast<long long>(blockIdx.x) * kCols;
@@ -426,8 +423,8 @@ __device__ __forceinline__ void spmm_tc8b(
   const int len_off = rec_off + kWarps * kGroups * cap * 8;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), kWarps);
+      mbarrier_init(bars + 8 * s, 1);
+      mbarrier_init(bars + 8 * (STAGES + s), kWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -441,12 +438,14 @@ __device__ __forceinline__ void spmm_tc8b(
   auto produce = [&](long long tile) {
     const int s = static_cast<int>(tile % STAGES);
     const unsigned round = static_cast<unsigned>(tile / STAGES);
-    mbar_wait(bars + 8 * (STAGES + s), (round & 1u) ^ 1u);
+    mbarrier_wait_or_trap<false>(bars + 8 * (STAGES + s), (round & 1u) ^ 1u);
     const int rows = static_cast<int>(min(static_cast<long long>(tile_width),
                                           n_cols - tile * tile_width));
     const unsigned stage = sbase + s * stage_bytes;
     const unsigned b_bytes = PRE ? tile_width * 128u : rows * row_bytes;
-    if (lane == 0) mbar_expect(bars + 8 * s, b_bytes + rec_bytes + kWarps * kGroups * 4);
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(bars + 8 * s, b_bytes + rec_bytes + kWarps * kGroups * 4);
+    }
     __syncwarp();
     if (PRE) {  // the tile's 64 columns, swizzled beforehand: one copy
       if (lane == 0)
@@ -468,7 +467,7 @@ __device__ __forceinline__ void spmm_tc8b(
     for (int s = 0; s < STAGES - 1 && s < tiles; ++s) produce(s);
   }
 
-  const unsigned g = lane >> 2, t = lane & 3, gx = 16u * g;
+  const unsigned g = lane >> 2, t = lane & 3;
   const long long row0 = static_cast<long long>(blockIdx.y) * kBlockRows + warp * 32;
   float acc[kGroups][4][4];
 #pragma unroll
@@ -481,46 +480,21 @@ __device__ __forceinline__ void spmm_tc8b(
   for (long long tile = 0; tile < tiles; ++tile) {
     if (warp == 0 && tile + STAGES - 1 < tiles) produce(tile + STAGES - 1);
     const int s = static_cast<int>(tile % STAGES);
-    mbar_wait(bars + 8 * s, static_cast<unsigned>(tile / STAGES) & 1u);
+    mbarrier_wait_or_trap<false>(bars + 8 * s, static_cast<unsigned>(tile / STAGES) & 1u);
     const char* stage = base + s * stage_bytes;
     const int4 l4 = *reinterpret_cast<const int4*>(stage + len_off + warp * kGroups * 4);
     const int ls[4] = {l4.x, l4.y, l4.z, l4.w};
-    const char* bstage = stage + (PRE ? 0 : gx);
 #pragma unroll
     for (int q = 0; q < kGroups; ++q) {
-      const char* recs = stage + rec_off + (warp * kGroups + q) * cap * 8 + 16 * t;
-      const int steps = ls[q] >> 3;
-      int i = 0;
-      for (; i + 1 < steps; i += 2) {
-        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
-        const uint4 r1 = *reinterpret_cast<const uint4*>(recs + 64 * i + 64);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.y ^ gx : r0.y));
-        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.w ^ gx : r0.w));
-        const uint4 x1 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r1.y ^ gx : r1.y));
-        const uint4 y1 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r1.w ^ gx : r1.w));
-        const unsigned s0 = selection_lo(r0.x, r0.z, g), s1 = selection_lo(r1.x, r1.z, g);
-        const unsigned xa[4] = {x0.x, x0.y, x0.z, x0.w}, ya[4] = {y0.x, y0.y, y0.z, y0.w};
-        const unsigned xb[4] = {x1.x, x1.y, x1.z, x1.w}, yb[4] = {y1.x, y1.y, y1.z, y1.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const unsigned a[4] = {__byte_perm(xa[j], ya[j], 0x5410), __byte_perm(xa[j], ya[j], 0x7632),
-                                 __byte_perm(xb[j], yb[j], 0x5410), __byte_perm(xb[j], yb[j], 0x7632)};
-          Mma<T>::run(acc[q][j], a, s0, s1);
-        }
-      }
-      if (i < steps) {
-        const uint4 r0 = *reinterpret_cast<const uint4*>(recs + 64 * i);
-        const uint4 x0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.y ^ gx : r0.y));
-        const uint4 y0 = *reinterpret_cast<const uint4*>(bstage + (PRE ? r0.w ^ gx : r0.w));
-        kstep_lo<T>(acc[q], r0.x, r0.z, x0, y0, g);
-      }
+      group_ksteps<T, PRE>(acc[q], stage + rec_off + (warp * kGroups + q) * cap * 8 + 16 * t,
+                           ls[q] >> 3, stage, g);
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+    if (lane == 0) mbarrier_arrive(bars + 8 * (STAGES + s));
   }
 
-  overflow_and_store<T>(acc, scratch_all + warp * 256, row0, lane, overflow_indptr, overflow_indices,
-                        overflow_data, n_rows, b, n, n0, out);
+  overflow_and_store<T>(acc, scratch_all + warp * 256, row0, lane, overflow_indptr,
+                        overflow_indices, overflow_data, n_rows, b, n, n0, out);
 }
 
 }  // namespace

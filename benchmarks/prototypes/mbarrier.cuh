@@ -1,0 +1,63 @@
+// mbarrier.cuh: PROTOTYPE helpers (not part of the package): mbarriers in shared memory, as
+// inline PTX for sm_90 (init, arrivals with or without an expected transaction, parity
+// waits), shared by tma.cuh and spmm_tc8.cu.
+#pragma once
+
+namespace twell_proto {
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile(
+      "{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::
+          "r"(bar), "r"(bytes)
+      : "memory");
+}
+
+// One poll of the phase of parity `parity`: whether it has completed (a fresh barrier counts
+// the phase before its first as completed: parity 1 answers true at once). Acquire at cluster
+// scope when kClusterScope (the waited-for arrivals come released from the peer CTA).
+template <bool kClusterScope = false>
+__device__ __forceinline__ bool mbarrier_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  if (kClusterScope) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+        "%2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+  return done != 0;
+}
+
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  while (!mbarrier_try_wait(bar, parity)) {
+  }
+}
+
+// mbarrier_wait for a first run: __trap() after 2^26 polls, so that a protocol error shows as
+// a launch error instead of a hang.
+template <bool kClusterScope>
+__device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned parity) {
+  for (unsigned polls = 0; !mbarrier_try_wait<kClusterScope>(bar, parity); ++polls) {
+    if (polls == (1u << 26)) __trap();
+  }
+}
+
+}  // namespace twell_proto
