@@ -57,7 +57,8 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
 //   x (M, K) and w (N, K) row-major T, K % 8 == 0, 16-byte aligned; tile_width in
 //   {8, 16, ..., 256}; counts, totals (M, n_tiles) int; data, indices (M, n_tiles, S);
 //   spill_start (M, n_tiles) (written only for pairs with total > S); *spill_used zeroed by the
-//   launcher, holds sum over pairs of max(total - S, 0) afterwards.
+//   launcher, holds sum over pairs of max(total - S, 0) afterwards. spill_capacity 0 asks for
+//   the totals alone (nothing spills, spill_start and *spill_used stay untouched).
 // Grid: ceil(M / 128) * ceil(N / 256) blocks of 256 threads, column blocks varying fastest
 // (the blocks running together share x's rows; w stays in L2); dynamic shared memory
 // kStages * (kAStage + kBStage) * sizeof(T) bytes.

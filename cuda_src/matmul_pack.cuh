@@ -123,7 +123,8 @@ __device__ __forceinline__ void pack_staged_block(
       const int total = pack_chunk<T, kVec>(u, j0, 0, lane, kModeSlots, pair, col0, slots, data,
                                             indices, 0, nullptr, nullptr);
       finish_pair<T>(total, lane, kModeSlots, pair, slots, totals, counts, data, indices);
-      if (total > slots) {  // whole warp
+      // spill_capacity 0 asks for the totals alone (the slots="auto" sample): no spill.
+      if (total > slots && spill_capacity > 0) {  // whole warp
         unsigned long long start = 0;
         if (lane == 0) start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
         start = __shfl_sync(kFullMask, start, 0);

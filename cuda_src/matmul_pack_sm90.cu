@@ -1,27 +1,33 @@
 // matmul_pack_sm90.cu: twell_matmul_pack_sm90, the Hopper twell_matmul_pack (bf16, sm_90a
-// only: wgmma). Same arguments, results and epilogue as twell_matmul_pack<__nv_bfloat16>
+// only: wgmma and TMA). Same results and epilogue as twell_matmul_pack<__nv_bfloat16>
 // (ffn.cu): relu(x @ w^T) packed into TwELL by pack_staged_block (matmul_pack.cuh), the dense
 // product never written to global memory. Both kernels add the k steps of 16 in the same
 // order in fp32 and round relu(acc) once to bf16; the tests hold them to the same bits.
 // The loader (twell/_kernels.py) compiles this file with NVRTC for -arch=sm_90a, and only on a
 // device of compute capability 9.0; CI compiles it with nvcc for sm_90a.
 //
-// GEMM: block tile 128 x 256 x 64 (as ffn.cu), 256 threads = 2 warpgroups, each
-// wgmma.m64n256k16 on its 64 rows (128 fp32 accumulators a thread). A 4-stage cp.async
-// pipeline (TileLoader: the same swizzled rows as ffn.cu, which is wgmma's "128-byte
-// swizzle" for K-major operands; tiles 1024-byte aligned), so the shared-memory descriptors
-// are: start >> 4, stride byte offset 1024 (8 rows), layout 128B swizzle; k step kk of a stage
-// starts kk * 32 bytes into the row. Per k tile: wait for the stage's copies,
-// fence.proxy.async (cp.async writes are generic-proxy writes, wgmma reads through the async
-// proxy), barrier, issue the copies of the tile two ahead, the 4 wgmma of this tile, commit,
-// and wait until at most one wgmma group is pending. The stage a copy overwrites is two tiles
-// old, since the previous tile's wgmma may still be reading it.
-// Measured (H200, M = 16384, K = 2048, N = 5632, S = 13, 2026-12-03): 1.21 ms against 1.39 ms
-// for the mma.sync kernel and 0.51 ms for the cuBLAS GEMM alone (benchmarks/NOTES.md).
+// GEMM: block tile 128 x 256 x 64 (as ffn.cu), 288 threads = 9 warps:
+//   - warps 0-7 are two consumer warpgroups, each wgmma.m64n256k16 on its 64 rows (128 fp32
+//     accumulators a thread) from 128-byte-swizzled shared memory (tiles 1024-byte aligned:
+//     descriptors start >> 4, stride byte offset 1024, k step kk 32 bytes into each row);
+//   - warp 8 is the producer: one lane issues the TMA copies (cp.async.bulk.tensor.2d, boxes
+//     of 64 x 128 of x and 64 x 256 of w, 128-byte swizzle: the layout the consumers read;
+//     rows past M or N and columns past K come zero-filled from the unit) into kStages stages.
+//   - Per stage two mbarriers: `full` (the producer's arrive.expect_tx of the stage's 48 KB,
+//     completed by the TMA) and `empty` (one arrival per consumer warp once the wgmma that
+//     read the stage has completed). No block-wide barrier in the k loop.
+// Then relu(acc) is staged in the pipeline's shared memory and all 9 warps pack it.
+// Why TMA: the earlier form (cp.async by all 256 threads, 12 copies each per k tile and a
+// block-wide barrier per k tile) ran at 1.040 ms against 0.802 ms for this design (H200,
+// M = 16384, K = 2048, N = 5632, S = 13; benchmarks/NOTES.md). The L2 -> SM traffic of
+// unshared 128 x 256 tiles (4.4 GB) still bounds it near 0.7 ms; cuBLAS takes ~0.5 ms with
+// 2 x 1 clusters (the cluster prototype in benchmarks/prototypes did not beat this kernel).
+// The tensor maps come by value as __grid_constant__ parameters (TensorMap, tma.cuh).
 #include "twell_layout.cuh"
 #include "mma.cuh"
 #include "matmul_pack.cuh"
 #include "wgmma.cuh"
+#include "tma.cuh"
 
 using namespace twell;
 
@@ -30,57 +36,69 @@ namespace {
 using namespace twell::gemm;
 
 constexpr int kStages = 4;
-constexpr int kAhead = kStages - 2;  // k tiles whose copies are in flight ahead of the wgmma
+constexpr int kConsumerThreads = 256;                   // 2 warpgroups
+constexpr int kConsumerWarps = kConsumerThreads / kWarp;
+constexpr int kSm90Threads = kConsumerThreads + kWarp;  // + the producer warp
+constexpr int kStageBytes = (kAStage + kBStage) * 2;    // 48 KB: what one stage's TMA brings
 
 }  // namespace
 
 // relu(x @ w^T) -> TwELL slots, counts, totals and the spill: twell_matmul_pack's contract
-// (ffn.cu), for bf16. Grid: ceil(M / 128) * ceil(N / 256) blocks of 256 threads, column
-// blocks varying fastest; dynamic shared memory kStages * (kAStage + kBStage) * 2 + 1024 bytes.
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-twell_matmul_pack_sm90(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                       long long n_rows, long long n_cols, long long depth, int tile_width,
-                       int slots, int* __restrict__ totals, int* __restrict__ counts,
+// (ffn.cu), for bf16, with x and w read through their tensor maps (x: (M, K) boxes of 64 x 128;
+// w: (N, K) boxes of 64 x 256; both 128-byte swizzle, zero fill). Grid: ceil(M / 128) *
+// ceil(N / 256) blocks of 288 threads, column blocks varying fastest; dynamic shared memory
+// kStages * kStageBytes + 2 * kStages * 8 (the mbarriers) + 1024 (alignment slack) bytes.
+extern "C" __global__ void __launch_bounds__(kSm90Threads, 1)
+twell_matmul_pack_sm90(const __grid_constant__ TensorMap tmap_x,
+                       const __grid_constant__ TensorMap tmap_w, long long n_rows,
+                       long long n_cols, long long depth, int tile_width, int slots,
+                       int* __restrict__ totals, int* __restrict__ counts,
                        __nv_bfloat16* __restrict__ data, unsigned short* __restrict__ indices,
                        long long* __restrict__ spill_start, int* __restrict__ spill_indices,
                        __nv_bfloat16* __restrict__ spill_data, long long spill_capacity,
                        unsigned long long* __restrict__ spill_used) {
-  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp_id = tid / kWarp, lane = tid % kWarp;
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
   const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
   const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
   __nv_bfloat16* const smem = aligned_smem();
-  const TileLoader<__nv_bfloat16> loader(x, w, n_rows, n_cols, depth, m0, n0, tid);
+  const unsigned stages = smem_address(smem);
+  const StageBarriers<kStages> bars{stages + kStages * kStageBytes};
+
+  // full: the producer's arrive; empty: one arrival per consumer warp.
+  if (tid == 0) bars.init(1, kConsumerWarps);
+  __syncthreads();
 
   float d[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < k_tiles) loader.load(smem + s * (kAStage + kBStage), s);
-    asm volatile("cp.async.commit_group;\n");  // empty groups too: the wait counts groups
+  if (warp_id == kConsumerWarps) {
+    // The producer: lane 0 keeps every stage it may fill in flight. The launcher keeps M and
+    // N below 2^31, so the box coordinates fit the instruction's 32-bit operands.
+    if (lane == 0) {
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % kStages;
+        mbarrier_wait(bars.empty(s), ((kt / kStages) & 1) ^ 1);
+        mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
+        const unsigned a_s = stages + s * kStageBytes;
+        tma_load_2d(a_s, &tmap_x, bars.full(s), kt * kBK, static_cast<int>(m0));
+        tma_load_2d(a_s + kAStage * 2, &tmap_w, bars.full(s), kt * kBK, static_cast<int>(n0));
+      }
+    }
+    __syncwarp();
+  } else {
+    // A released stage may be filled again: lane 0 arrives for its warp.
+    consume_k_tiles(
+        d, smem, bars, k_tiles, tid / 128,
+        [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); },
+        [lane](unsigned bar) { if (lane == 0) mbarrier_arrive(bar); });
   }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    if (kt + kAhead < k_tiles)
-      loader.load(smem + (kt + kAhead) % kStages * (kAStage + kBStage), kt + kAhead);
-    asm volatile("cp.async.commit_group;\n");
-    const __nv_bfloat16* const a_s = smem + (kt % kStages) * (kAStage + kBStage);
-    const __nv_bfloat16* const b_s = a_s + kAStage;
-    wgmma_stage(d, a_s, b_s, wg);
-  }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  fence_operands(d);
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  __syncthreads();  // the pipeline's shared memory becomes the staging tile (both warpgroups)
-
-  __nv_bfloat16* const stage = smem;
-  stage_relu(d, stage, wg, warp, lane);
+  // Every stage is consumed (each TMA copy completed on a full barrier a consumer waited for):
+  // the shared memory becomes the staging tile.
   __syncthreads();
-  pack_staged_block<__nv_bfloat16, kBM, kBN, kPitch, kThreads / kWarp>(
+  __nv_bfloat16* const stage = smem;
+  if (warp_id < kConsumerWarps) stage_relu(d, stage, tid / 128, tid % 128 / kWarp, lane);
+  __syncthreads();
+  pack_staged_block<__nv_bfloat16, kBM, kBN, kPitch, kSm90Threads / kWarp>(
       stage, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data, indices,
-      spill_start, spill_indices, spill_data, spill_capacity, spill_used, tid / kWarp, lane);
+      spill_start, spill_indices, spill_data, spill_capacity, spill_used, warp_id, lane);
 }

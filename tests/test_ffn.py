@@ -244,12 +244,53 @@ def test_hopper_runs_the_sm90_kernel_for_bfloat16(gpu, rng, monkeypatch, dtype, 
     assert [e for e in asked if e.startswith("twell_matmul_pack")] == [kernel]
 
 
-def test_sm90_variant_refuses_float16(gpu, rng):
+def test_sm90_variant_refuses_float16_and_empty_depth(gpu, rng):
     from twell import _cupy_backend
 
     x, w = _fused(gpu, rng, F16)
-    with pytest.raises(ValueError, match="the sm90 kernel takes bfloat16 only; got float16"):
+    with pytest.raises(ValueError, match="the sm90 kernel takes bfloat16, K > 0 .* got float16"):
         _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")
+    x, w = gpu.xp.zeros((4, 0), dtype=BF16), gpu.xp.zeros((8, 0), dtype=BF16)
+    with pytest.raises(ValueError, match=r"x.shape=\(4, 0\)"):
+        _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")
+
+
+def _host_tile_counts(dense, tile_width):
+    """Non-zeros of every (row, tile) of a host dense matrix, counted with NumPy."""
+    m, n = dense.shape
+    nt = -(-n // tile_width)
+    padded = np.zeros((m, nt * tile_width), dtype=bool)
+    padded[:, :n] = dense != 0
+    return padded.reshape(m, nt, tile_width).sum(axis=2)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("tile_width", [8, 64, 256])
+def test_fused_tile_counts_are_the_packed_counts(gpu, rng, dtype, tile_width):
+    # The counting-only launch behind slots="auto" counts exactly what the packing launch
+    # stores: its totals equal the per-(row, tile) non-zeros of the packed product, counted
+    # independently from its dense form on the host.
+    from twell import _cupy_backend
+
+    x, w = _fused(gpu, rng, dtype)
+    gpu.poison()
+    counts = _cupy_backend.matmul_tile_counts(x, w, tile_width).get()
+    want = _host_tile_counts(matmul_to_twell(x, w, tile_width=tile_width, slots=2)
+                             .toarray().get(), tile_width)
+    assert want.sum() > 0 and (want > 2).any()
+    np.testing.assert_array_equal(counts, want)
+
+
+def test_fused_auto_slots_come_from_the_fused_counts(gpu, rng):
+    # slots="auto" on the fused path is auto_slots of the histogram of the sampled rows'
+    # counts (every row here: M <= 1024), i.e. of exactly the product it packs.
+    from twell import _layout
+
+    x, w = _fused(gpu, rng, BF16)
+    assert x.shape[0] <= 1024
+    a = matmul_to_twell(x, w, tile_width=64)
+    counts = _host_tile_counts(a.toarray().get(), 64)
+    assert a.slots == _layout.auto_slots(np.bincount(counts.ravel(), minlength=65), 64)
 
 
 @pytest.mark.parametrize("dtype", HALF)

@@ -781,11 +781,17 @@ def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
 
 #: Block tile of twell_matmul_pack and twell_matmul_pack_sm90 (rows, columns) and their
 #: dynamic shared memory in bytes: 3 (4) pipeline stages of a 128 x 64 and a 256 x 64 tile of
-#: 16-bit values; the Hopper kernel aligns its tiles to 1024 bytes by hand (+1024 of slack).
+#: 16-bit values; the Hopper kernel adds its 8 mbarriers and aligns its tiles to 1024 bytes by
+#: hand (+1024 of slack). The Hopper kernel runs 288 threads (a producer warp), the other 256.
 _MATMUL_TILE = (128, 256)
 _MATMUL_SMEM = 3 * (128 + 256) * 64 * 2
-_MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 1024
+_MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 2 * 4 * 8 + 1024
+_MATMUL_THREADS = {"mma": 256, "sm90": 288}
 _SM90_SOURCE = "matmul_pack_sm90.cu"
+#: Depth of a k tile of the GEMM: the Hopper kernel's x and w boxes are 64 columns wide.
+_MATMUL_DEPTH = 64
+#: TMA box coordinates are 32-bit: the Hopper kernel takes M and N below this.
+_TMA_COORD_LIMIT = 2**31
 
 #: Spill buffer of twell_matmul_pack, in entries: one per _SPILL_SHARE outputs (plus a floor).
 #: Enough when the slots hold all but a few percent of ~10% non-zeros; when it is not, the
@@ -806,33 +812,71 @@ def matmul_pack_supported(x, w, tile_width):
             and x.flags.c_contiguous and w.flags.c_contiguous and _aligned(x, w))
 
 
+def _matmul_variant(x, w, variant):
+    """The kernel that runs: ``"sm90"`` (wgmma and TMA) for bfloat16 on a device of compute
+    capability 9.0 with a driver that encodes tensor maps, K > 0 and M, N below 2^31;
+    ``"mma"`` (mma.sync) otherwise. ``variant`` forces one (a ValueError where sm90 cannot
+    run these operands)."""
+    if variant not in (None, "mma", "sm90"):
+        raise ValueError(f"variant must be None, 'mma' or 'sm90'; got {variant!r}")
+    if variant == "mma":
+        return variant
+    sm90 = (x.dtype == _kernels.bfloat16 and x.shape[1] > 0
+            and max(x.shape[0], w.shape[0]) < _TMA_COORD_LIMIT)
+    if variant == "sm90" and not sm90:
+        raise ValueError(f"the sm90 kernel takes bfloat16, K > 0 and M, N < 2**31; got "
+                         f"{x.dtype}, x.shape={x.shape}, w.shape={w.shape}")
+    if variant is None:
+        sm90 = (sm90 and _kernels.arch_supported(_SM90_SOURCE)
+                and _kernels.tensor_maps_supported())
+    return "sm90" if sm90 else "mma"
+
+
+def _matmul_operands(x, w, variant):
+    """The kernel, its operand arguments and its shared memory for ``variant``."""
+    if variant == "sm90":
+        bm, bn = _MATMUL_TILE
+        maps = (_kernels.tensor_map_2d(x, _MATMUL_DEPTH, bm),
+                _kernels.tensor_map_2d(w, _MATMUL_DEPTH, bn))
+        return _kernels.function(_SM90_SOURCE, "twell_matmul_pack_sm90"), maps, _MATMUL_SM90_SMEM
+    kernel = _kernels.function("ffn.cu", _expr("twell_matmul_pack", x.dtype))
+    return kernel, (x, w), _MATMUL_SMEM
+
+
+def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
+                        spill_capacity):
+    """One launch of the fused kernel; returns its overflow counter (device)."""
+    m, k = x.shape
+    n = w.shape[0]
+    kernel, operands, smem = _matmul_operands(x, w, variant)
+    kernel.max_dynamic_shared_size_bytes = smem
+    bm, bn = _MATMUL_TILE
+    counter = _overflow_counter()
+    spill_indices = cupy.empty(spill_capacity, dtype=_layout.OVERFLOW_INDEX_DTYPE)
+    spill_data = cupy.empty(spill_capacity, dtype=x.dtype)
+    # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
+    kernel((-(-m // bm) * -(-n // bn),), (_MATMUL_THREADS[variant],), (
+        *operands, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots), totals,
+        parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
+        _i64(spill_capacity), counter), shared_mem=smem)
+    return counter, spill_indices, spill_data
+
+
 def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel.
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
     round once to the inputs' dtype; the dense product is never written to global memory.
     bfloat16 on a device of compute capability 9.0 (H100/H200) runs
-    ``twell_matmul_pack_sm90`` (wgmma), everything else ``twell_matmul_pack`` (mma.sync);
-    both give the same bits. Synchronises once with the host (the overflow size), twice when
-    the spill buffer (``spill_capacity`` entries; private, for tests) was too small and the
-    kernel reruns. ``variant`` (private: tests and benchmarks): ``"mma"`` forces the mma.sync
-    kernel, ``"sm90"`` the wgmma one.
+    ``twell_matmul_pack_sm90`` (wgmma fed by TMA), everything else ``twell_matmul_pack``
+    (mma.sync); both give the same bits. Synchronises once with the host (the overflow
+    size), twice when the spill buffer (``spill_capacity`` entries; private, for tests) was
+    too small and the kernel reruns. ``variant`` (private: tests and benchmarks): ``"mma"``
+    forces the mma.sync kernel, ``"sm90"`` the Hopper one.
     """
-    m, k = x.shape
+    m = x.shape[0]
     n = w.shape[0]
-    if variant not in (None, "mma", "sm90"):
-        raise ValueError(f"variant must be None, 'mma' or 'sm90'; got {variant!r}")
-    if variant is None:
-        hopper = x.dtype == _kernels.bfloat16 and _kernels.arch_supported(_SM90_SOURCE)
-        variant = "sm90" if hopper else "mma"
-    if variant == "sm90":
-        if x.dtype != _kernels.bfloat16:
-            raise ValueError(f"the sm90 kernel takes bfloat16 only; got {x.dtype}")
-        kernel = _kernels.function(_SM90_SOURCE, "twell_matmul_pack_sm90")
-        smem = _MATMUL_SM90_SMEM
-    else:
-        kernel = _kernels.function("ffn.cu", _expr("twell_matmul_pack", x.dtype))
-        smem = _MATMUL_SMEM
+    variant = _matmul_variant(x, w, variant)
     nt = _layout.n_tiles(n, tile_width)
     parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty)
     if m * nt == 0:
@@ -841,18 +885,11 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     spill_start = cupy.empty((m, nt), dtype=np.int64)
     if spill_capacity is None:
         spill_capacity = m * n // _SPILL_SHARE + _SPILL_FLOOR
-    kernel.max_dynamic_shared_size_bytes = smem
-    bm, bn = _MATMUL_TILE
-    # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
-    grid = (-(-m // bm) * -(-n // bn),)
+    if spill_capacity < 1:
+        raise ValueError(f"spill_capacity must be at least 1; got {spill_capacity}")
     while True:
-        counter = _overflow_counter()
-        spill_indices = cupy.empty(spill_capacity, dtype=_layout.OVERFLOW_INDEX_DTYPE)
-        spill_data = cupy.empty(spill_capacity, dtype=x.dtype)
-        kernel(grid, (256,), (
-            x, w, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots), totals,
-            parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
-            _i64(spill_capacity), counter), shared_mem=smem)
+        counter, spill_indices, spill_data = _launch_matmul_pack(
+            x, w, variant, tile_width, slots, totals, parts, spill_start, spill_capacity)
         n_over = _overflow_size(counter)
         if n_over <= spill_capacity:
             break
@@ -867,6 +904,21 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
         totals, _i64(m * nt), _i32(slots), spill_start, spill_indices, spill_data, offset,
         parts.overflow_indices, parts.overflow_data))
     return parts
+
+
+def matmul_tile_counts(x, w, tile_width):
+    """Non-zeros of every (row, tile) of ``relu(x @ w.T)``, int32 (M, n_tiles), from the
+    fused kernel in its totals-only mode (one slot, no spill): what :func:`matmul_pack`
+    would count for these rows, with no host synchronisation. The operands pass
+    :func:`matmul_pack_supported`."""
+    m = x.shape[0]
+    nt = _layout.n_tiles(w.shape[0], tile_width)
+    totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
+    if m * nt:
+        parts = _empty_parts(m, nt, 1, x.dtype, slot_fill=cupy.empty, overflow=False)
+        _launch_matmul_pack(x, w, _matmul_variant(x, w, None), tile_width, 1, totals, parts,
+                            None, 0)
+    return totals
 
 
 def gated_up(parts, shape, tile_width, x, w_up):

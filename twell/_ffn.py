@@ -101,9 +101,11 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     ``K % 8 == 0`` and a tile width in {8, 16, ..., 256}, one kernel computes the product on
     tensor cores and packs it in its epilogue: the dense ``(M, N)`` product is never written
     to memory (``cuda_src/ffn.cu``, mma.sync; for bfloat16 on a device of compute capability
-    9.0, H100/H200, ``cuda_src/matmul_pack_sm90.cu``, wgmma, compiled with NVRTC at first
-    use; both give the same bits). It synchronises with the host once, to size the
-    overflow. Besides the result it allocates a spill buffer of ``M * N / 64 + 4096``
+    9.0, H100/H200, ``cuda_src/matmul_pack_sm90.cu``, wgmma fed by TMA, compiled with NVRTC
+    at first use; both give the same bits). It synchronises with the host once, to size the
+    overflow; ``slots="auto"`` first runs the same kernel on the sampled rows in a
+    counting-only mode (no dense product; one more sync, for the histogram of their counts).
+    Besides the result it allocates a spill buffer of ``M * N / 64 + 4096``
     entries (6 bytes each) and 12 bytes per (row, tile) pair; a product whose overflow does
     not fit the spill buffer runs a second time with one of the right size. Every other case
     (and the NumPy backend) computes the dense product in the accumulation dtype, applies the
@@ -139,13 +141,11 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     nnz = None  # entries of the result, estimated from the slots="auto" sample
     if be.matmul_pack_supported(x, w, tile_width):
         if slots == "auto":
-            # The sample's product in the inputs' dtype (16-bit: its values, and so its zeros,
-            # are the rounded ones), activated in the accumulation dtype.
-            # A contiguous copy of the sampled rows: CuPy's matmul of a strided view may
-            # skip cuBLAS.
+            # The fused kernel's own counts of the sampled rows (totals only: no slots, no
+            # spill, no dense product): the zeros of exactly the values it will pack.
             rows = xp.ascontiguousarray(x[::step])
-            sample = _activate(be.cast(xp.matmul(rows, w.T), acc), activation)
-            slots, nnz = _sample_slots(be, sample, tile_width, m)
+            slots, nnz = _slots_from_counts(be.matmul_tile_counts(rows, w, tile_width),
+                                            tile_width, m)
         check_storage(shape, tile_width, slots)
         return TwELLMatrix._from_parts(be.matmul_pack(x, w, tile_width, slots), shape,
                                        tile_width, nnz)
@@ -161,8 +161,14 @@ def _sample_slots(be, sample, tile_width, m):
     """``slots="auto"`` from the activated product's sampled rows (one host sync on a GPU),
     and the product's entries estimated from the sample's (a hint for ``A @ B``)."""
     sample = _backend.array_module(sample).ascontiguousarray(sample)  # the kernel reads rows
-    hist = _tile_counts_histogram(be.tile_counts_dense(sample, tile_width), tile_width)
-    nnz = _layout.histogram_nnz(hist) * m // max(sample.shape[0], 1)
+    return _slots_from_counts(be.tile_counts_dense(sample, tile_width), tile_width, m)
+
+
+def _slots_from_counts(counts, tile_width, m):
+    """``slots="auto"`` from the per-(row, tile) counts of sampled rows of an M-row product
+    (one host sync on a GPU), and the product's entries estimated from the sample's."""
+    hist = _tile_counts_histogram(counts, tile_width)
+    nnz = _layout.histogram_nnz(hist) * m // max(counts.shape[0], 1)
     return _layout.auto_slots(hist, tile_width), nnz
 
 

@@ -9,10 +9,13 @@ keeps a disk cache keyed on the source text and options), and
 The sources of :data:`ARCH_SOURCES` use instructions of one architecture only (wgmma:
 ``sm_90a``). CuPy's RawModule passes an ``-arch`` of its own, so they are compiled with
 NVRTC directly for their ``-arch``, once per process and device, and only on a device of that
-compute capability (:func:`arch_supported`).
+compute capability (:func:`arch_supported`). Their TMA loads read tensor maps that
+:func:`tensor_map_2d` encodes on the host through the driver's ``cuTensorMapEncodeTiled``
+(CuPy does not wrap it).
 """
 
 import contextlib
+import ctypes
 import functools
 import importlib.resources
 import os
@@ -278,3 +281,65 @@ def _nvrtc_includes():
     if cuda_path and os.path.isdir(os.path.join(cuda_path, "include")):
         options.append(f"-I{os.path.join(cuda_path, 'include')}")
     return options
+
+
+# -- tensor maps (TMA) ---------------------------------------------------------
+
+#: cuTensorMapEncodeTiled's enum values (cuda.h, CUDA 12): bf16 elements, no interleave,
+#: 128-byte swizzle, 256-byte L2 promotion, zeros for out-of-bounds elements.
+_TMAP_BFLOAT16, _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO = (
+    9, 0, 3, 3, 0)
+#: Bytes of a CUtensorMap; the driver writes it to a 64-byte aligned address.
+TENSOR_MAP_BYTES = 128
+
+
+@functools.cache
+def _encode_tiled():
+    """The driver's ``cuTensorMapEncodeTiled`` through ctypes, or None where the driver library
+    or the entry point (CUDA 12+) is missing."""
+    for name in ("libcuda.so.1", "nvcuda.dll"):
+        with contextlib.suppress(OSError, AttributeError):
+            fn = ctypes.CDLL(name).cuTensorMapEncodeTiled
+            u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p,
+                           ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u32),
+                           ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                           ctypes.c_int]
+            fn.restype = ctypes.c_int
+            return fn
+    return None
+
+
+def tensor_maps_supported():
+    """Whether :func:`tensor_map_2d` can encode tensor maps here (a CUDA 12+ driver)."""
+    return _encode_tiled() is not None
+
+
+def tensor_map_2d(array, box_cols, box_rows):
+    """The tensor map of a C-contiguous 2-D bfloat16 CuPy array, for TMA loads of
+    ``box_rows x box_cols`` boxes with a 128-byte swizzle and zeros past the array's edges.
+
+    Returned as a size-one NumPy array of 128 bytes, which CuPy passes to a kernel by value
+    (the kernel takes it as a ``__grid_constant__ TensorMap``, ``cuda_src/tma.cuh``). The
+    array's address is 16-byte aligned and its row pitch a multiple of 16 bytes (the
+    callers check both). A driver error is a RuntimeError naming the array's shape.
+    """
+    encode = _encode_tiled()
+    if encode is None:
+        raise RuntimeError("cuTensorMapEncodeTiled is not available (a CUDA 12+ driver is "
+                           "needed for TMA)")
+    rows, cols = array.shape
+    raw = (ctypes.c_uint8 * (2 * TENSOR_MAP_BYTES))()
+    address = ctypes.addressof(raw)
+    aligned = address + (-address) % 64
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    result = encode(
+        ctypes.c_void_p(aligned), _TMAP_BFLOAT16, 2, ctypes.c_void_p(array.data.ptr),
+        (u64 * 2)(cols, rows), (u64 * 1)(cols * array.itemsize), (u32 * 2)(box_cols, box_rows),
+        (u32 * 2)(1, 1), _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B,
+        _TMAP_OOB_ZERO)
+    if result != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {result} on an array "
+                           f"of shape {array.shape}")
+    return np.frombuffer(ctypes.string_at(aligned, TENSOR_MAP_BYTES),
+                         dtype=np.dtype((np.void, TENSOR_MAP_BYTES)))

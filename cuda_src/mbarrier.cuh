@@ -1,9 +1,9 @@
-// mbarrier.cuh: PROTOTYPE helpers (not part of the package): mbarriers in shared memory, as
-// inline PTX for sm_90 (init, arrivals with or without an expected transaction, parity
-// waits), shared by tma.cuh and spmm_tc8.cu.
+// mbarrier.cuh: mbarriers in shared memory, as inline PTX for sm_90 (init, arrivals with or
+// without an expected transaction, parity waits): the stage ring of the Hopper fused GEMM ->
+// TwELL kernel (tma.cuh, matmul_pack_sm90.cu) and of the prototypes in benchmarks/prototypes.
 #pragma once
 
-namespace twell_proto {
+namespace twell {
 
 __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -51,8 +51,8 @@ __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
   }
 }
 
-// mbarrier_wait for a first run: __trap() after 2^26 polls, so that a protocol error shows as
-// a launch error instead of a hang.
+// mbarrier_wait for a prototype's first run: __trap() after 2^26 polls, so that a protocol
+// error shows as a launch error instead of a hang.
 template <bool kClusterScope>
 __device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned parity) {
   for (unsigned polls = 0; !mbarrier_try_wait<kClusterScope>(bar, parity); ++polls) {
@@ -60,4 +60,4 @@ __device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned par
   }
 }
 
-}  // namespace twell_proto
+}  // namespace twell
