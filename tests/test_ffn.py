@@ -241,7 +241,8 @@ def test_hopper_runs_the_sm90_kernel_for_bfloat16(gpu, rng, monkeypatch, dtype, 
     monkeypatch.setattr(_kernels, "function", function)
     x, w = _fused(gpu, rng, dtype)
     matmul_to_twell(x, w, slots=3)
-    assert [e for e in asked if e.startswith("twell_matmul_pack")] == [kernel]
+    # Looked up once per launch: a spill rerun asks for the same kernel again.
+    assert {e for e in asked if e.startswith("twell_matmul_pack")} == {kernel}
 
 
 def test_sm90_variant_refuses_float16_and_empty_depth(gpu, rng):

@@ -1,10 +1,12 @@
-// matmul_pack_sm90_cluster.cu: PROTOTYPE, never run yet (written 2026-12-03 without a GPU).
-// Not part of the package: matmul_pack_sm90_tma.py (beside it) compiles it with NVRTC for
-// sm_90a, swaps it in for twell_matmul_pack_sm90 under twell.matmul_to_twell, checks it bit
-// for bit against the shipped kernels and times it, beside the TMA prototype.
+// matmul_pack_sm90_cluster.cu: PROTOTYPE (written 2026-12-03 without a GPU; first run in the
+// seventh session, H200: the shipped bits on six shapes, 0.993 ms against 0.802 for the TMA
+// form that now ships). Not part of the package: matmul_pack_sm90_cluster.py (beside it)
+// compiles it with NVRTC for sm_90a, swaps it in for twell_matmul_pack_sm90 under
+// twell.matmul_to_twell, checks it bit for bit against the shipped kernels and times it.
 //
-// proto_matmul_pack_sm90_cluster: the TMA prototype (matmul_pack_sm90_tma.cu: a producer warp,
-// two consumer warpgroups, full/empty mbarriers per stage) in clusters of 2 CTAs along M.
+// proto_matmul_pack_sm90_cluster: the shipped twell_matmul_pack_sm90 (cuda_src/
+// matmul_pack_sm90.cu: a producer warp, two consumer warpgroups, full/empty mbarriers per
+// stage) in clusters of 2 CTAs along M.
 // The two CTAs of a cluster compute row blocks 2p and 2p + 1 of the same 256 columns, so they
 // need the same w tile: CTA r loads w rows n0 + 128 r ... n0 + 128 r + 127 of each k tile and
 // multicasts them into both CTAs' shared memory. Each CTA still loads its own x tile. L2 -> SM
@@ -21,23 +23,25 @@
 //     staging tile, while its peer may still arrive on its barriers).
 // Grid: 2 x ceil(row blocks / 2) x column blocks, blockIdx.x = 2 (pair * column blocks +
 // column block) + rank; the padding CTA of an odd row-block count loads zero-filled x rows and
-// packs nothing (rows >= M). 288 threads; dynamic shared memory as the TMA prototype.
-// tmaps: x with 64 x 128 boxes, then w with 64 x 128 boxes (half a w tile).
-// The waits trap after 2^26 polls (a first run: a protocol error becomes a launch error).
+// packs nothing (rows >= M). 288 threads; dynamic shared memory as the shipped kernel.
+// The arguments are the shipped kernel's: the tensor maps by value as __grid_constant__
+// parameters, x with 64 x 128 boxes, w with 64 x 128 boxes (half a w tile, not 64 x 256).
+// The waits trap after 2^26 polls (a protocol error becomes a launch error).
 // Reviewed 2026-12-03 against CUTLASS's PipelineTmaAsync (no defect found).
-// Prediction (H200, M = 16384, K = 2048, N = 5632, S = 13): 0.7-0.8 ms (TMA prototype: 0.923).
+// Prediction (H200, M = 16384, K = 2048, N = 5632, S = 13): 0.7-0.8 ms (TMA form: 0.923);
+// measured 0.993 (not profiled yet).
 #include "twell_layout.cuh"
 #include "mma.cuh"
 #include "matmul_pack.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
+#include "cluster.cuh"
 
 using namespace twell;
 
 namespace {
 
 using namespace twell::gemm;
-using namespace twell_proto;
 
 constexpr int kStages = 4;
 constexpr int kCluster = 2;
@@ -50,8 +54,8 @@ constexpr int kHalfB = kBStage / kCluster;                // elements of half a 
 }  // namespace
 
 extern "C" __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kProtoThreads, 1)
-proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
-                               const __nv_bfloat16* __restrict__ w, long long n_rows,
+proto_matmul_pack_sm90_cluster(const __grid_constant__ TensorMap tmap_x,
+                               const __grid_constant__ TensorMap tmap_w, long long n_rows,
                                long long n_cols, long long depth, int tile_width, int slots,
                                int* __restrict__ totals, int* __restrict__ counts,
                                __nv_bfloat16* __restrict__ data,
@@ -59,8 +63,7 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
                                long long* __restrict__ spill_start,
                                int* __restrict__ spill_indices,
                                __nv_bfloat16* __restrict__ spill_data, long long spill_capacity,
-                               unsigned long long* __restrict__ spill_used,
-                               const unsigned long long* __restrict__ tmaps) {
+                               unsigned long long* __restrict__ spill_used) {
   const int tid = threadIdx.x, warp_id = tid / kWarp, lane = tid % kWarp;
   const unsigned rank = cluster_ctarank();
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
@@ -71,8 +74,6 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
   __nv_bfloat16* const smem = aligned_smem();
   const unsigned stages = smem_address(smem);
   const StageBarriers<kStages> bars{stages + kStages * kStageBytes};
-  const void* const tmap_x = tmaps;
-  const void* const tmap_w = tmaps + 16;  // a CUtensorMap is 128 bytes
 
   // full: this CTA's producer; empty: every consumer warp of the cluster.
   if (tid == 0) bars.init(1, kCluster * kConsumerWarps);
@@ -81,16 +82,14 @@ proto_matmul_pack_sm90_cluster(const __nv_bfloat16* __restrict__ x,
   float d[128];
   if (warp_id == kConsumerWarps) {
     if (lane == 0) {
-      acquire_tensor_map(tmap_x);
-      acquire_tensor_map(tmap_w);
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % kStages;
         mbarrier_wait_or_trap<true>(bars.empty(s), ((kt / kStages) & 1) ^ 1);
         mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
         const unsigned a_s = stages + s * kStageBytes;
-        tma_load_2d(a_s, tmap_x, bars.full(s), kt * kBK, static_cast<int>(m0));
-        tma_load_2d_multicast(a_s + (kAStage + rank * kHalfB) * 2, tmap_w, bars.full(s), kt * kBK,
-                              static_cast<int>(n0 + rank * (kBN / kCluster)),
+        tma_load_2d(a_s, &tmap_x, bars.full(s), kt * kBK, static_cast<int>(m0));
+        tma_load_2d_multicast(a_s + (kAStage + rank * kHalfB) * 2, &tmap_w, bars.full(s),
+                              kt * kBK, static_cast<int>(n0 + rank * (kBN / kCluster)),
                               static_cast<unsigned short>((1u << kCluster) - 1));
       }
     }

@@ -41,7 +41,6 @@
 #include "mma.cuh"
 
 using namespace twell;
-using namespace twell_proto;
 
 namespace {
 

@@ -51,7 +51,7 @@ def smem(cap, stages, kind):
 
 def kernels():
     module = cupy.RawModule(code=(HERE / "spmm_tc8.cu").read_text(),
-                            options=(*_kernels.OPTIONS, f"-I{_kernels.source_dir()}", f"-I{HERE}"))
+                            options=(*_kernels.OPTIONS, f"-I{_kernels.source_dir()}"))
     MODULE["m"] = module
     out = {}
     for name, (kind, stages) in VARIANTS.items():
