@@ -85,8 +85,19 @@ struct TileLoader {
 
 }  // namespace gemm
 
+// Rows a warp of pack_staged_block packs at once: their dependency chains (shared-memory load,
+// warp scan, stores) interleave. One row at a time, the epilogue was latency-bound: 0.245 of the
+// Hopper kernel's 0.73 ms at the paper's up projection, whose GEMM alone takes 0.47 (H200,
+// benchmarks/NOTES.md).
+constexpr int kPackRows = 4;
+
 // stage: kRows x kCols values of the block whose first output is (m0, n0), row pitch kPitch
 // values; kWarps warps of the block call this together (warp, lane: this thread's).
+// Warp w packs rows w + kWarps (kPackRows p + k), k < kPackRows, in pass p; lane l holds
+// columns 8l .. 8l + 7 of the block, which lie in the block's tile l / (tile_width / 8). One
+// warp scan per row ranks the entries of every tile of the row at once (a tile's ranks are the
+// scan minus its value at the tile's first lane): the slots, counts, totals and spill are
+// those pack_chunk and finish_pair (pack_warp.cuh) write for the dense pack, one pair at a time.
 template <typename T, int kRows, int kCols, int kPitch, int kWarps>
 __device__ __forceinline__ void pack_staged_block(
     const T* stage, long long m0, long long n0, long long n_rows, long long n_cols,
@@ -97,42 +108,89 @@ __device__ __forceinline__ void pack_staged_block(
     unsigned long long* __restrict__ spill_used, int warp, int lane) {
   constexpr int kVec = 8;  // 16-bit values per 16-byte chunk: a warp covers 256 columns
   static_assert(kCols == kWarp * kVec, "one 16-byte chunk per lane covers the block's columns");
-  // Warp w takes rows w, w + kWarps, ...; lane l holds columns 8l .. 8l + 7 of the block.
   const long long tiles = n_tiles(n_cols, tile_width);
-  const long long tile0 = n0 / tile_width;
   const int lanes_per_tile = tile_width / kVec;
-  for (int r = warp; r < kRows; r += kWarps) {
-    const long long row = m0 + r;
-    if (row >= n_rows) break;  // whole warp
-    const Vec<T, kVec> chunk =
-        *reinterpret_cast<const Vec<T, kVec>*>(stage + r * kPitch + lane * kVec);
-    T v[kVec];
+  const int first = lane / lanes_per_tile * lanes_per_tile;  // the first lane of this tile
+  const int last = first + lanes_per_tile - 1;
+  const int lane_in_tile = lane - first;
+  const long long tile = n0 / tile_width + lane / lanes_per_tile;
+  const bool tile_ok = tile < tiles;  // tiles past N get nothing written
+  const int j0 = lane_in_tile * kVec;  // this lane's first column in its tile
+  const long long col0 = tile * tile_width;
+  unsigned valid = 0;  // columns past N hold act(0 * x), which may be NaN: never stored
 #pragma unroll
-    for (int i = 0; i < kVec; ++i)  // columns past N hold act(0 * x), which may be NaN
-      v[i] = n0 + lane * kVec + i < n_cols ? chunk.v[i] : Value<T>::zero();
-    for (int t = 0; t < kCols / tile_width; ++t) {
-      const long long tile = tile0 + t;
-      if (tile >= tiles) break;  // whole warp
-      const bool mine = lane / lanes_per_tile == t;
-      T u[kVec];
+  for (int i = 0; i < kVec; ++i) valid |= static_cast<unsigned>(n0 + lane * kVec + i < n_cols) << i;
+
+  for (int r0 = warp; r0 < kRows; r0 += kWarps * kPackRows) {
+    Vec<T, kVec> chunk[kPackRows];
+    unsigned bits[kPackRows];
+    int n[kPackRows], incl[kPackRows];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) u[i] = mine ? v[i] : Value<T>::zero();
-      const long long pair = row * tiles + tile;
-      const long long col0 = tile * tile_width;
-      const int j0 = lane * kVec - t * tile_width;  // column in the tile (used when mine)
-      const int total = pack_chunk<T, kVec>(u, j0, 0, lane, kModeSlots, pair, col0, slots, data,
-                                            indices, 0, nullptr, nullptr);
-      finish_pair<T>(total, lane, kModeSlots, pair, slots, totals, counts, data, indices);
+    for (int k = 0; k < kPackRows; ++k) {
+      const int r = r0 + k * kWarps;
+      bits[k] = 0;
+      if (r < kRows && m0 + r < n_rows) {  // whole warp
+        chunk[k] = *reinterpret_cast<const Vec<T, kVec>*>(stage + r * kPitch + lane * kVec);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          bits[k] |= static_cast<unsigned>(is_nonzero(chunk[k].v[i])) << i;
+        bits[k] &= valid;
+      }
+      n[k] = __popc(bits[k]);
+      incl[k] = n[k];
+    }
+#pragma unroll
+    for (int offset = 1; offset < kWarp; offset <<= 1) {
+#pragma unroll
+      for (int k = 0; k < kPackRows; ++k) {
+        const int y = __shfl_up_sync(kFullMask, incl[k], offset);
+        if (lane >= offset) incl[k] += y;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kPackRows; ++k) {
+      const int r = r0 + k * kWarps;
+      if (r >= kRows || m0 + r >= n_rows) break;  // whole warp; the later rows are past too
+      const int before = __shfl_sync(kFullMask, incl[k] - n[k], first);
+      const int total = __shfl_sync(kFullMask, incl[k], last) - before;
+      const long long pair = (m0 + r) * tiles + tile;
+      const int rank0 = incl[k] - n[k] - before;  // rank of this lane's first entry
+      if (tile_ok) {
+        int rank = rank0;
+        for (unsigned rest = bits[k]; rest != 0u && rank < slots; rest &= rest - 1u, ++rank) {
+          const int i = __ffs(rest) - 1;
+          data[pair * slots + rank] = pick(chunk[k].v, i);
+          indices[pair * slots + rank] = static_cast<unsigned short>(j0 + i);
+        }
+        const int used = min(total, slots);
+        for (int s = used + lane_in_tile; s < slots; s += lanes_per_tile) {
+          data[pair * slots + s] = Value<T>::zero();
+          indices[pair * slots + s] = 0;
+        }
+        if (lane_in_tile == 0) {
+          counts[pair] = used;
+          totals[pair] = total;
+        }
+      }
       // spill_capacity 0 asks for the totals alone (the slots="auto" sample): no spill.
-      if (total > slots && spill_capacity > 0) {  // whole warp
+      const bool spills = tile_ok && total > slots && spill_capacity > 0;
+      if (__any_sync(kFullMask, spills)) {
         unsigned long long start = 0;
-        if (lane == 0) start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
-        start = __shfl_sync(kFullMask, start, 0);
-        const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
-        if (lane == 0) spill_start[pair] = fits ? static_cast<long long>(start) : -1;
-        if (fits)
-          pack_chunk<T, kVec>(u, j0, 0, lane, kModeOverflow, pair, col0, slots, nullptr, nullptr,
-                              static_cast<long long>(start), spill_indices, spill_data);
+        if (spills && lane_in_tile == 0)
+          start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
+        start = __shfl_sync(kFullMask, start, first);
+        if (spills) {
+          const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
+          if (lane_in_tile == 0) spill_start[pair] = fits ? static_cast<long long>(start) : -1;
+          int rank = rank0;
+          for (unsigned rest = fits ? bits[k] : 0u; rest != 0u; rest &= rest - 1u, ++rank) {
+            if (rank < slots) continue;
+            const int i = __ffs(rest) - 1;
+            const long long o = static_cast<long long>(start) + (rank - slots);
+            spill_indices[o] = static_cast<int>(col0 + j0 + i);
+            spill_data[o] = pick(chunk[k].v, i);
+          }
+        }
       }
     }
   }
