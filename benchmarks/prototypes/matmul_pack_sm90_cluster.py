@@ -97,7 +97,9 @@ def same_bits(a, b):
         for p, q in zip(a, b, strict=True))
 
 
-def check(kernel, rng):
+def check(swap, rng):
+    """Each case through the shipped kernels and through the launcher under ``swap()`` (a
+    context that swaps a prototype in), with a roomy spill buffer and a one-entry one."""
     cases = [((128, 64, 256), 256, 5), ((77, 136, 300), 8, 1), ((300, 72, 777), 64, 2),
              ((1000, 4096, 2752), 64, 5), ((2048, 2048, 5632), 256, 13),
              ((1100, 1024, 600), 64, 5)]  # odd row blocks (9) with the ring wrapping (16 k tiles)
@@ -106,7 +108,7 @@ def check(kernel, rng):
         x, w = operands(rng, m, k, n)
         want = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
         mma = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="mma")
-        with swapped_in(kernel):
+        with swap():
             got = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
             tight = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1,
                                               variant="sm90")
@@ -140,7 +142,7 @@ def main():
     print(f"\n{NAME}", flush=True)
     try:
         kernel = compile_kernel()
-        ok = check(kernel, rng)
+        ok = check(lambda: swapped_in(kernel), rng)
     except Exception as exc:  # noqa: BLE001 - a prototype's failure is a result to print
         print(f"  FAILED: {type(exc).__name__}: {exc}")
         ok = False
