@@ -43,9 +43,13 @@ using namespace twell::gemm;
 constexpr int kStages = 3;
 constexpr int kWsThreads = 384;
 constexpr int kConsumerWarps = 8;  // warpgroups 1 and 2
-constexpr int kPackWarps = 3;      // warps 1-3 of warpgroup 0
 constexpr int kStageBytes = (kAStage + kBStage) * 2;
 constexpr int kStagingBytes = kBM * kPitch * 2;
+
+// The 256 consumer threads (warpgroups 1 and 2) only: named barrier 1.
+__device__ __forceinline__ void consumer_barrier() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
 
 __device__ __forceinline__ void wait_phase(unsigned bar, unsigned parity) {
   mbarrier_wait_or_trap<false>(bar, parity);
@@ -53,17 +57,23 @@ __device__ __forceinline__ void wait_phase(unsigned bar, unsigned parity) {
 
 }  // namespace
 
-// Grid: min(SM count, ceil(M / 128) * ceil(N / 256)) blocks of 384 threads; dynamic shared
-// memory kStages * kStageBytes + kStagingBytes + (2 * kStages + 2) * 8 + 1024 bytes.
-extern "C" __global__ void __launch_bounds__(kWsThreads, 1)
-proto_matmul_pack_sm90_ws(const __grid_constant__ TensorMap tmap_x,
-                          const __grid_constant__ TensorMap tmap_w, long long n_rows,
-                          long long n_cols, long long depth, int tile_width, int slots,
-                          int* __restrict__ totals, int* __restrict__ counts,
-                          __nv_bfloat16* __restrict__ data, unsigned short* __restrict__ indices,
-                          long long* __restrict__ spill_start, int* __restrict__ spill_indices,
-                          __nv_bfloat16* __restrict__ spill_data, long long spill_capacity,
-                          unsigned long long* __restrict__ spill_used) {
+// The kernel's body: warpgroup 0 = the producer warp and 3 packing warps, warpgroups 1-2 the
+// consumers. The consumers pack the staging tile's first kConsumerRows rows themselves
+// (v2: 32), right after staging it, and the packing warps the rest while the consumers run
+// the next GEMM: with 3 packing warps alone (v1, kConsumerRows 0) the packing of a tile took
+// longer than its GEMM (call 9). A 4th warpgroup of packers does not compile: 512 threads
+// cap the kernel at 128 registers, below what wgmma with 128 accumulators needs (154), and
+// ptxas does not count setmaxnreg for that.
+template <int kConsumerRows>
+__device__ __forceinline__ void ws_body(
+    const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
+    long long depth, int tile_width, int slots, int* __restrict__ totals,
+    int* __restrict__ counts, __nv_bfloat16* __restrict__ data,
+    unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
+    int* __restrict__ spill_indices, __nv_bfloat16* __restrict__ spill_data,
+    long long spill_capacity, unsigned long long* __restrict__ spill_used) {
+  constexpr int kPackWarps = 3;
+  constexpr int kPackerRows = kBM - kConsumerRows;
   const int tid = threadIdx.x, warp_id = tid / kWarp, lane = tid % kWarp;
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
   const long long n_blocks = (n_rows + kBM - 1) / kBM * col_blocks;
@@ -100,14 +110,15 @@ proto_matmul_pack_sm90_ws(const __grid_constant__ TensorMap tmap_x,
       }
     }
   } else if (warp_id < 4) {
-    // The packers: tile i once staged, then free the staging tile.
+    // The packers: rows kConsumerRows.. of tile i once staged, then free the staging tile.
     unsigned i = 0;
     for (long long b = blockIdx.x; b < n_blocks; b += gridDim.x, ++i) {
       wait_phase(staged, i & 1u);
-      pack_staged_block<__nv_bfloat16, kBM, kBN, kPitch, kPackWarps>(
-          stage, b / col_blocks * kBM, b % col_blocks * kBN, n_rows, n_cols, tile_width, slots,
-          totals, counts, data, indices, spill_start, spill_indices, spill_data,
-          spill_capacity, spill_used, warp_id - 1, lane);
+      pack_staged_block<__nv_bfloat16, kPackerRows, kBN, kPitch, kPackWarps>(
+          stage + kConsumerRows * kPitch, b / col_blocks * kBM + kConsumerRows,
+          b % col_blocks * kBN, n_rows, n_cols, tile_width, slots, totals, counts, data,
+          indices, spill_start, spill_indices, spill_data, spill_capacity, spill_used,
+          warp_id - 1, lane);
       __syncwarp();  // every lane's reads of the staging tile before the arrival
       if (lane == 0) mbarrier_arrive(packed);
     }
@@ -135,10 +146,36 @@ proto_matmul_pack_sm90_ws(const __grid_constant__ TensorMap tmap_x,
       if (k_tiles > 0 && lane == 0)
         mbarrier_arrive(bars.empty(static_cast<int>((g - 1) % kStages)));
       wait_phase(packed, (i & 1u) ^ 1u);  // tile i - 1 packed (at once for the first tile)
+      if (kConsumerRows > 0) consumer_barrier();  // ... and the consumers' rows of it too
       __syncwarp();
       stage_relu(d, stage, wg, warp, lane);
       __syncwarp();  // every lane's stores before the arrival
       if (lane == 0) mbarrier_arrive(staged);
+      if (kConsumerRows > 0) {
+        consumer_barrier();  // the whole tile staged
+        pack_staged_block<__nv_bfloat16, kConsumerRows, kBN, kPitch, kConsumerWarps>(
+            stage, b / col_blocks * kBM, b % col_blocks * kBN, n_rows, n_cols, tile_width,
+            slots, totals, counts, data, indices, spill_start, spill_indices, spill_data,
+            spill_capacity, spill_used, tid / kWarp - 4, lane);
+      }
     }
   }
 }
+
+#define TWELL_WS_KERNEL(name, consumer_rows)                                                   \
+  extern "C" __global__ void __launch_bounds__(kWsThreads, 1)                                 \
+  name(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,    \
+       long long n_rows, long long n_cols, long long depth, int tile_width, int slots,        \
+       int* __restrict__ totals, int* __restrict__ counts, __nv_bfloat16* __restrict__ data,  \
+       unsigned short* __restrict__ indices, long long* __restrict__ spill_start,             \
+       int* __restrict__ spill_indices, __nv_bfloat16* __restrict__ spill_data,               \
+       long long spill_capacity, unsigned long long* __restrict__ spill_used) {               \
+    ws_body<consumer_rows>(                                                                   \
+        tmap_x, tmap_w, n_rows, n_cols, depth, tile_width, slots, totals, counts, data,       \
+        indices, spill_start, spill_indices, spill_data, spill_capacity, spill_used);         \
+  }
+
+// Grid: min(SM count, ceil(M / 128) * ceil(N / 256)) blocks of 384 threads; dynamic shared
+// memory kStages * kStageBytes + kStagingBytes + (2 * kStages + 2) * 8 + 1024 bytes.
+TWELL_WS_KERNEL(proto_matmul_pack_sm90_ws, 0)
+TWELL_WS_KERNEL(proto_matmul_pack_sm90_ws2, 32)

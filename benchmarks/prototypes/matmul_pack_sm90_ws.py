@@ -6,7 +6,7 @@ Not part of the package or the test-suite. One device call answers: does the pro
 the shipped kernels' bits on the cluster script's six cases (swapped in for
 ``twell_matmul_pack_sm90`` under ``_cupy_backend.matmul_pack``), and how fast is it, alone
 (CUDA events over 20 launches back to back, no launcher) and in the launcher, against the
-shipped kernel and cuBLAS. Run from the repository root on an H100/H200:
+shipped kernel and cuBLAS, for each of its two forms. Run from the repository root on an H100/H200:
 
     PYTHONPATH=. timeout 300 python benchmarks/prototypes/matmul_pack_sm90_ws.py
 
@@ -28,16 +28,17 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import matmul_pack_sm90_cluster as base  # noqa: E402  (operands, checks, timing)
 
-NAME = "proto_matmul_pack_sm90_ws"
+#: v1: three packing warps pack whole tiles; v2: the consumers pack each tile's first 32 rows.
+NAMES = ("proto_matmul_pack_sm90_ws", "proto_matmul_pack_sm90_ws2")
 SOURCE = "matmul_pack_sm90_ws.cu"
 THREADS = 384
 SMEM = 3 * (128 + 256) * 64 * 2 + 128 * 264 * 2 + 8 * 8 + 1024
 
 
-def compile_kernel():
+def compile_kernels():
     loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
                                    [f"-I{_kernels.source_dir()}"])
-    return _kernels.ArchKernel(loaded.get_function(NAME), loaded)
+    return {name: _kernels.ArchKernel(loaded.get_function(name), loaded) for name in NAMES}
 
 
 class Persistent:
@@ -117,21 +118,25 @@ def main():
           " ms", flush=True)
     print(f"  {'shipped launcher':<48} "
           f"{base.median_ms(lambda: _cupy_backend.matmul_pack(x, w, 256, 13)):7.3f} ms")
-    print(f"\n{NAME}", flush=True)
-    try:
-        kernel = compile_kernel()
-        ok = base.check(lambda: swapped_in(kernel), rng)
-    except Exception as exc:  # noqa: BLE001 - a prototype's failure is a result to print
-        print(f"  FAILED: {type(exc).__name__}: {exc}")
-        ok = False
-    if ok:
+    kernels = compile_kernels()
+    passed = True
+    for name, kernel in kernels.items():
+        print(f"\n{name}", flush=True)
+        try:
+            ok = base.check(lambda kernel=kernel: swapped_in(kernel), rng)
+        except Exception as exc:  # noqa: BLE001 - a prototype's failure is a result to print
+            print(f"  FAILED: {type(exc).__name__}: {exc}")
+            ok = False
+        passed &= ok
+        if not ok:
+            continue
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         print(f"  {'prototype kernel alone':<48} "
               f"{kernel_alone_ms(kernel, x, w, (sms,), THREADS, SMEM):7.3f} ms")
         with swapped_in(kernel):
             print(f"  {'prototype in the launcher':<48} "
                   f"{base.median_ms(lambda: _cupy_backend.matmul_pack(x, w, 256, 13)):7.3f} ms")
-    print("all checks passed" if ok else "CHECKS FAILED")
+    print("all checks passed" if passed else "CHECKS FAILED")
 
 
 if __name__ == "__main__":
