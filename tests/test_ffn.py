@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import BF16, F16, F32, F64, MATMUL_RTOL, assert_same_bits, cast, rel_err
+from helpers import BF16, F16, F32, F64, MATMUL_RTOL, assert_same_bits, cast, rel_err, tile_counts
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -256,15 +256,6 @@ def test_sm90_variant_refuses_float16_and_empty_depth(gpu, rng):
         _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")
 
 
-def _host_tile_counts(dense, tile_width):
-    """Non-zeros of every (row, tile) of a host dense matrix, counted with NumPy."""
-    m, n = dense.shape
-    nt = -(-n // tile_width)
-    padded = np.zeros((m, nt * tile_width), dtype=bool)
-    padded[:, :n] = dense != 0
-    return padded.reshape(m, nt, tile_width).sum(axis=2)
-
-
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("tile_width", [8, 64, 256])
 def test_fused_tile_counts_are_the_packed_counts(gpu, rng, dtype, tile_width):
@@ -276,7 +267,7 @@ def test_fused_tile_counts_are_the_packed_counts(gpu, rng, dtype, tile_width):
     x, w = _fused(gpu, rng, dtype)
     gpu.poison()
     counts = _cupy_backend.matmul_tile_counts(x, w, tile_width).get()
-    want = _host_tile_counts(matmul_to_twell(x, w, tile_width=tile_width, slots=2)
+    want = tile_counts(matmul_to_twell(x, w, tile_width=tile_width, slots=2)
                              .toarray().get(), tile_width)
     assert want.sum() > 0 and (want > 2).any()
     np.testing.assert_array_equal(counts, want)
@@ -290,7 +281,7 @@ def test_fused_auto_slots_come_from_the_fused_counts(gpu, rng):
     x, w = _fused(gpu, rng, BF16)
     assert x.shape[0] <= 1024
     a = matmul_to_twell(x, w, tile_width=64)
-    counts = _host_tile_counts(a.toarray().get(), 64)
+    counts = tile_counts(a.toarray().get(), 64)
     assert a.slots == _layout.auto_slots(np.bincount(counts.ravel(), minlength=65), 64)
 
 
