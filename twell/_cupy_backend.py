@@ -845,7 +845,8 @@ def _matmul_operands(x, w, variant):
 
 def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
                         spill_capacity):
-    """One launch of the fused kernel; returns its overflow counter (device)."""
+    """One launch of the fused kernel; returns its overflow counter and the spill buffers
+    it wrote (device arrays; the spill buffers are empty when ``spill_capacity`` is 0)."""
     m, k = x.shape
     n = w.shape[0]
     kernel, operands, smem = _matmul_operands(x, w, variant)
