@@ -65,22 +65,30 @@ class Clustered:
 
 
 @contextlib.contextmanager
-def swapped_in(kernel):
-    """The prototype in place of twell_matmul_pack_sm90 (variant "sm90") in the launcher."""
+def swapped_operands(sm90_operands):
+    """The launcher's ``_matmul_operands`` for ``variant="sm90"`` replaced by
+    ``sm90_operands(x, w, shipped)`` (shipped: the original function), which returns a
+    prototype's (kernel, operands, shared memory)."""
     shipped = _cupy_backend._matmul_operands
 
     def operands(x, w, variant):
-        if variant != "sm90":
-            return shipped(x, w, variant)
-        maps = (_kernels.tensor_map_2d(x, BK, BM), _kernels.tensor_map_2d(w, BK, BN // CLUSTER))
-        return (Clustered(kernel, x.shape[0], w.shape[0]), maps,
-                _cupy_backend._MATMUL_SM90_SMEM)
+        return shipped(x, w, variant) if variant != "sm90" else sm90_operands(x, w, shipped)
 
     _cupy_backend._matmul_operands = operands
     try:
         yield
     finally:
         _cupy_backend._matmul_operands = shipped
+
+
+def swapped_in(kernel):
+    """The prototype in place of twell_matmul_pack_sm90 (variant "sm90") in the launcher."""
+    def sm90_operands(x, w, shipped):
+        maps = (_kernels.tensor_map_2d(x, BK, BM), _kernels.tensor_map_2d(w, BK, BN // CLUSTER))
+        return (Clustered(kernel, x.shape[0], w.shape[0]), maps,
+                _cupy_backend._MATMUL_SM90_SMEM)
+
+    return swapped_operands(sm90_operands)
 
 
 def operands(rng, m, k, n, shift=1.0):

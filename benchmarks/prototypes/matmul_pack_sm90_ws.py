@@ -15,7 +15,6 @@ as shipped); the swap gives it one block per SM (or per tile, when there are few
 threads and its own shared memory.
 """
 
-import contextlib
 import pathlib
 import sys
 
@@ -59,22 +58,13 @@ class Persistent:
     max_dynamic_shared_size_bytes = property(fset=_set_shared)
 
 
-@contextlib.contextmanager
 def swapped_in(kernel):
-    """The prototype in place of twell_matmul_pack_sm90 (variant "sm90") in the launcher."""
-    shipped = _cupy_backend._matmul_operands
+    """The prototype in place of twell_matmul_pack_sm90 (variant "sm90") in the launcher,
+    with the shipped kernel's tensor maps."""
+    def sm90_operands(x, w, shipped):
+        return Persistent(kernel), shipped(x, w, "sm90")[1], SMEM
 
-    def operands(x, w, variant):
-        if variant != "sm90":
-            return shipped(x, w, variant)
-        _, maps, _ = shipped(x, w, variant)
-        return Persistent(kernel), maps, SMEM
-
-    _cupy_backend._matmul_operands = operands
-    try:
-        yield
-    finally:
-        _cupy_backend._matmul_operands = shipped
+    return base.swapped_operands(sm90_operands)
 
 
 def kernel_alone_ms(kernel, x, w, grid, threads, smem, slots=13, tile_width=256, reps=20):
