@@ -48,8 +48,8 @@ def slots_pass():
 
 
 gb._launch_pack_dense(z, 256, s, gb._MODE_SLOTS, totals, parts, parts.overflow_indptr, counter)
-over = gb._with_overflow(parts, gb._overflow_offsets(totals, s), max(a.overflow_nnz, 1), nt)
-real_offset = gb._overflow_offsets(totals, s)
+real_offset, row_starts = gb._overflow_offsets(totals, s)
+over = gb._with_overflow(parts, row_starts, max(a.overflow_nnz, 1))
 counts = gb.tile_counts_dense(z, 256)
 
 
@@ -81,7 +81,7 @@ stages = {
     "count histogram + read-back (sync)": (
         lambda: twell._twell._tile_counts_histogram(counts, 256), 0),
     "overflow size (sync)": (lambda: gb._overflow_size(counter), 0),
-    "overflow offsets (cumsum)": (lambda: gb._overflow_offsets(totals, s), 0),
+    "overflow offsets (twell_exclusive_scan)": (lambda: gb._overflow_offsets(totals, s), 0),
     "cumsum into out= (offsets)": (lambda: cupy.cumsum(totals.reshape(-1), out=cupy.empty(
         totals.size, dtype=np.int64)), 0),
     "cumsum into a new array": (lambda: cupy.cumsum(totals.reshape(-1), dtype=np.int64), 0),

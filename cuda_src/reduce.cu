@@ -80,3 +80,112 @@ __global__ void twell_find_nonfinite(const T* __restrict__ values, long long n,
   // Every writer stores the same value, so the unordered stores are benign.
   if (__syncthreads_or(any) && threadIdx.x == 0) *found = true;
 }
+
+// twell_exclusive_scan<In, CLAMP>: out[0] = 0 and out[i + 1] = v[0] + ... + v[i] (int64), where
+//   v[i] = max(in[i] - minus, 0) when CLAMP (the entries of a (row, tile) pair past its slots)
+//   and in[i] otherwise. With starts (not null), also starts[r] = out[r * row_length] for
+//   r = 0 .. n / row_length (the row pointer of an n / row_length-row layout), so the caller
+//   needs no strided copy. One launch: a single-pass scan with decoupled look-back. Each block
+//   scans one tile of kScanTile items (a warp 512, 16 rows of 32 coalesced items); warp 0 then
+//   reads the status words of the tiles before it, 32 at a time, until it meets one whose
+//   inclusive prefix is known, and publishes its own. A status word holds its state in the two
+//   high bits and a sum modulo 2^62 in the others, so one 64-bit store publishes both; sums
+//   must stay within +-2^61. ``status`` is one zeroed word per tile. Tiles follow blockIdx.x:
+//   a block waits only on blocks launched before it (CUB's scan relies on the same order).
+namespace twell {
+
+constexpr int kScanThreads = 256;
+constexpr int kScanRows = 16;  // 32-item rows per warp
+constexpr long long kScanTile = static_cast<long long>(kScanThreads) * kScanRows;
+constexpr unsigned long long kScanAggregate = 1ull << 62, kScanPrefix = 2ull << 62,
+                             kScanValue = (1ull << 62) - 1;
+
+__device__ __forceinline__ long long scan_status_value(unsigned long long word) {
+  return static_cast<long long>(word << 2) >> 2;  // the low 62 bits, sign-extended
+}
+
+// Sum of every item before tile ``tile`` (> 0), read by one warp from the status words; the
+// tile's own aggregate is published already.
+__device__ long long scan_look_back(volatile unsigned long long* status, long long tile,
+                                    int lane) {
+  long long before = 0;
+  for (long long last = tile - 1;; last -= kWarp) {
+    const long long at = last - lane;  // lane 0 nearest to the tile
+    unsigned long long word = kScanPrefix;  // before tile 0: a prefix of 0
+    if (at >= 0) word = status[at];
+    while (__any_sync(kFullMask, (word >> 62) == 0)) {
+      if ((word >> 62) == 0) word = status[at];
+    }
+    const unsigned prefixes = __ballot_sync(kFullMask, (word >> 62) == 2);
+    const int stop = prefixes ? __ffs(prefixes) - 1 : kWarp - 1;
+    long long v = lane <= stop ? scan_status_value(word) : 0;
+#pragma unroll
+    for (int d = kWarp / 2; d > 0; d >>= 1) v += __shfl_xor_sync(kFullMask, v, d);
+    before += v;
+    if (prefixes) return before;
+  }
+}
+
+}  // namespace twell
+
+template <typename In, bool CLAMP>
+__global__ void __launch_bounds__(kScanThreads)
+twell_exclusive_scan(const In* __restrict__ in, long long n, long long minus,
+                     long long* __restrict__ out, long long row_length,
+                     long long* __restrict__ starts, unsigned long long* status) {
+  __shared__ long long warp_sums[kScanThreads / kWarp];
+  __shared__ long long tile_before;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const long long tile = blockIdx.x;
+  const long long first = tile * kScanTile + static_cast<long long>(warp) * kScanRows * kWarp;
+  long long incl[kScanRows];  // inclusive sums within the warp's items
+  long long carry = 0;
+#pragma unroll
+  for (int r = 0; r < kScanRows; ++r) {
+    const long long i = first + r * kWarp + lane;
+    long long v = 0;
+    if (i < n) {
+      v = static_cast<long long>(in[i]);
+      if (CLAMP) v = v > minus ? v - minus : 0;
+    }
+    incl[r] = carry + warp_inclusive_scan(v, lane);
+    carry = __shfl_sync(kFullMask, incl[r], kWarp - 1);
+  }
+  if (lane == 0) warp_sums[warp] = carry;
+  __syncthreads();
+  if (warp == 0) {
+    const long long mine = lane < kScanThreads / kWarp ? warp_sums[lane] : 0;
+    const long long upto = warp_inclusive_scan(mine, lane);
+    if (lane < kScanThreads / kWarp) warp_sums[lane] = upto - mine;  // exclusive
+    const long long aggregate = __shfl_sync(kFullMask, upto, kWarp - 1);
+    volatile unsigned long long* words = status;
+    long long before = 0;
+    if (tile == 0) {
+      if (lane == 0) words[0] = kScanPrefix | (static_cast<unsigned long long>(aggregate) &
+                                               kScanValue);
+    } else {
+      if (lane == 0) words[tile] = kScanAggregate | (static_cast<unsigned long long>(aggregate) &
+                                                     kScanValue);
+      before = scan_look_back(words, tile, lane);
+      if (lane == 0) words[tile] = kScanPrefix | (static_cast<unsigned long long>(before +
+                                                                            aggregate) &
+                                                  kScanValue);
+    }
+    if (lane == 0) tile_before = before;
+  }
+  __syncthreads();
+  const long long base = tile_before + warp_sums[warp];
+  if (tile == 0 && threadIdx.x == 0) {
+    out[0] = 0;
+    if (starts != nullptr) starts[0] = 0;
+  }
+#pragma unroll
+  for (int r = 0; r < kScanRows; ++r) {
+    const long long i = first + r * kWarp + lane;
+    if (i < n) {
+      const long long end = base + incl[r];
+      out[i + 1] = end;
+      if (starts != nullptr && (i + 1) % row_length == 0) starts[(i + 1) / row_length] = end;
+    }
+  }
+}

@@ -108,11 +108,12 @@ __device__ inline void store_vec(T* __restrict__ dst, long long j0, const T (&v)
   }
 }
 
-// Inclusive prefix sum over the lanes of a warp.
-__device__ inline int warp_inclusive_scan(int x, int lane) {
+// Inclusive prefix sum over the lanes of a warp (int or long long).
+template <typename I>
+__device__ inline I warp_inclusive_scan(I x, int lane) {
 #pragma unroll
   for (int offset = 1; offset < kWarp; offset <<= 1) {
-    const int y = __shfl_up_sync(kFullMask, x, offset);
+    const I y = __shfl_up_sync(kFullMask, x, offset);
     if (lane >= offset) x += y;
   }
   return x;

@@ -488,6 +488,61 @@ def test_count_histogram_is_bincount(rng, size):
     np.testing.assert_array_equal(_numpy_backend.count_histogram(counts, size), want)
 
 
+def _scan_reference(values, minus):
+    v = values.astype(np.int64).reshape(-1)
+    if minus is not None:
+        v = np.maximum(v - minus, 0)
+    return np.concatenate([[0], np.cumsum(v)])
+
+
+# Sizes around the scan's 4096-item tiles and its 32-tile look-back window (131072 items);
+# 300_000 pairs are ~73 tiles, as the paper's FFN layout gives 88.
+@pytest.mark.parametrize("n", [1, 31, 4095, 4096, 4097, 131_072, 131_073, 300_000])
+@pytest.mark.parametrize(("dtype", "minus"), [(np.int32, None), (np.int32, 13),
+                                               (np.int64, None)])
+def test_exclusive_scan_is_cumsum(rng, n, dtype, minus):
+    # Against NumPy's int64 cumsum; negative values (not clamped) and values past 2**31 in
+    # the sum check the sign and width of the status words' sums; the output is poisoned.
+    hi = 2**40 if dtype == np.int64 else 2**20
+    values = rng.integers(-hi // 4, hi, size=n).astype(dtype)
+    values[: n // 2] = rng.integers(0, 30, size=n // 2)  # counts, some past the 13 slots
+    Backend("cupy").poison()
+    got = _cupy_backend.exclusive_scan(cupy.asarray(values), minus=minus)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got.get(), _scan_reference(values, minus))
+
+
+@pytest.mark.parametrize(("rows", "row_length"), [(1, 1), (7, 1), (300, 22), (16384, 22),
+                                                  (3, 5000), (1000, 257)])
+def test_exclusive_scan_writes_row_starts(rng, rows, row_length):
+    # The overflow's row pointer: starts[r] = out[r * row_length], rows + 1 entries.
+    totals = rng.integers(0, 20, size=(rows, row_length)).astype(np.int32)
+    Backend("cupy").poison()
+    out, starts = _cupy_backend.exclusive_scan(cupy.asarray(totals), minus=6, rows=rows)
+    want = _scan_reference(totals, 6)
+    np.testing.assert_array_equal(out.get(), want)
+    np.testing.assert_array_equal(starts.get(), want[::row_length])
+    assert starts.size == rows + 1
+
+
+def test_exclusive_scan_of_nothing():
+    out, starts = _cupy_backend.exclusive_scan(cupy.zeros((4, 0), np.int32), minus=1, rows=4)
+    assert out.get().tolist() == [0] and starts.get().tolist() == [0] * 5
+    assert _algorithms.exclusive_cumsum(cupy.zeros(0, np.int64)).get().tolist() == [0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 2**31 - 1), max_size=9000), st.sampled_from([None, 0, 5]))
+def test_exclusive_cumsum_agrees_across_backends(values, minus):
+    # One function, two backends: the CuPy kernel against NumPy's cumsum, bool input too.
+    host = np.array(values, dtype=np.int64)
+    got = _cupy_backend.exclusive_scan(cupy.asarray(host.astype(np.int32)), minus=minus)
+    np.testing.assert_array_equal(got.get(), _scan_reference(host, minus))
+    flags = host % 3 == 0
+    np.testing.assert_array_equal(_algorithms.exclusive_cumsum(cupy.asarray(flags)).get(),
+                                  _algorithms.exclusive_cumsum(flags))
+
+
 @pytest.mark.parametrize(("m", "k", "tile_width", "density"),
                          [(300, 700, 256, 0.05), (64, 5000, 7, 0.3), (40, 70, 70, 1.0),
                           (5, 9, 4, 0.0), (1000, 300, 256, 0.002)])

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _layout
-from ._backend import array_module
+from ._backend import array_module, backend
 
 
 class Parts(NamedTuple):
@@ -67,10 +67,15 @@ def is_nonzero(values):
 
 
 def exclusive_cumsum(x):
-    """``[0, x0, x0+x1, ...]`` as int64, one element longer than ``x``."""
+    """``[0, x0, x0+x1, ...]`` as int64, one element longer than ``x`` (flattened).
+
+    On CuPy, one kernel (``_cupy_backend.exclusive_scan``) instead of ``cupy.cumsum``.
+    """
     xp = array_module(x)
-    out = xp.zeros(x.size + 1, dtype=np.int64)
-    xp.cumsum(x, out=out[1:])
+    if xp is not np:
+        return backend(xp).exclusive_scan(x)
+    out = np.zeros(x.size + 1, dtype=np.int64)
+    np.cumsum(x, out=out[1:])
     return out
 
 
