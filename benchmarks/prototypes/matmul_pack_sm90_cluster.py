@@ -129,6 +129,25 @@ def check(swap, rng):
     return ok
 
 
+def checked(compile_kernel, swap_for, rng):
+    """``(kernel, ok)``: a prototype compiled by ``compile_kernel()`` and run through
+    :func:`check` under ``swap_for(kernel)``; a failure is printed and returned as not ok (a
+    prototype's failure is a result to print)."""
+    try:
+        kernel = compile_kernel()
+        return kernel, check(lambda: swap_for(kernel), rng)
+    except Exception as exc:  # noqa: BLE001
+        print(f"  FAILED: {type(exc).__name__}: {exc}")
+        return None, False
+
+
+def launcher_line(label, swap, x, w, width=48):
+    """Print the launcher's time (``matmul_pack``, tile width 256, 13 slots) under ``swap``."""
+    with swap:
+        t = median_ms(lambda: _cupy_backend.matmul_pack(x, w, 256, 13))
+    print(f"  {label:<{width}} {t:7.3f} ms", flush=True)
+
+
 def main():
     """The shipped kernels first, then the prototype (checked, then timed): a prototype that
     breaks the CUDA context (a fault) then costs only its own rows."""
@@ -148,12 +167,7 @@ def main():
     show("matmul_pack S=13, wgmma TMA (shipped)",
          lambda: _cupy_backend.matmul_pack(x, w, 256, 13, variant="sm90"))
     print(f"\n{NAME}", flush=True)
-    try:
-        kernel = compile_kernel()
-        ok = check(lambda: swapped_in(kernel), rng)
-    except Exception as exc:  # noqa: BLE001 - a prototype's failure is a result to print
-        print(f"  FAILED: {type(exc).__name__}: {exc}")
-        ok = False
+    kernel, ok = checked(compile_kernel, swapped_in, rng)
     if ok:
         with swapped_in(kernel):
             show("matmul_pack S=13, cluster prototype",

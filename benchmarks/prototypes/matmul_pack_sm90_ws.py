@@ -110,22 +110,16 @@ def main():
           f"{base.median_ms(lambda: _cupy_backend.matmul_pack(x, w, 256, 13)):7.3f} ms")
     kernels = compile_kernels()
     passed = True
-    for name, kernel in kernels.items():
+    for name, compiled in kernels.items():
         print(f"\n{name}", flush=True)
-        try:
-            ok = base.check(lambda kernel=kernel: swapped_in(kernel), rng)
-        except Exception as exc:  # noqa: BLE001 - a prototype's failure is a result to print
-            print(f"  FAILED: {type(exc).__name__}: {exc}")
-            ok = False
+        kernel, ok = base.checked(lambda compiled=compiled: compiled, swapped_in, rng)
         passed &= ok
         if not ok:
             continue
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         print(f"  {'prototype kernel alone':<48} "
               f"{kernel_alone_ms(kernel, x, w, (sms,), THREADS, SMEM):7.3f} ms")
-        with swapped_in(kernel):
-            print(f"  {'prototype in the launcher':<48} "
-                  f"{base.median_ms(lambda: _cupy_backend.matmul_pack(x, w, 256, 13)):7.3f} ms")
+        base.launcher_line("prototype in the launcher", swapped_in(kernel), x, w)
     print("all checks passed" if passed else "CHECKS FAILED")
 
 
