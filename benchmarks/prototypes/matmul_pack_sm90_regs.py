@@ -73,6 +73,20 @@ def main():
         base.launcher_line("prototype in the launcher, T=256 S=13", swapped_in(kernel), x, w,
                            width=52)
     print("all checks passed" if ok else "CHECKS FAILED")
+    if ok:
+        variants(x, w, blocks)
+
+
+def variants(x, w, blocks):
+    """Kernel alone (T = 256, S = 13) compiled with the source's timing-only switches: the
+    zero fill left out (TWELL_PROTO_NO_FILL), and everything after the words and masks left
+    out (TWELL_PROTO_NO_PACK). Their outputs are wrong; only the differences matter."""
+    for option in ("-DTWELL_PROTO_NO_FILL", "-DTWELL_PROTO_NO_PACK"):
+        loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
+                                       [f"-I{_kernels.source_dir()}", option])
+        kernel = _kernels.ArchKernel(loaded.get_function(NAME), loaded)
+        t = ws.kernel_alone_ms(kernel, x, w, blocks, THREADS, SMEM)
+        print(f"  {f'prototype kernel alone, {option[2:]}':<52} {t:7.3f} ms", flush=True)
 
 
 if __name__ == "__main__":
