@@ -91,3 +91,45 @@ def test_every_kernel_compiles(name):
 def test_skip_reason_without_gpu():
     assert not twell.cuda_available()
     assert GPU_SKIP_REASON
+
+
+def _fake_bf16(ptr, shape):
+    """What tensor_map_2d reads of an array: its address, shape and item size."""
+    return type("FakeArray", (), {"shape": shape, "itemsize": 2,
+                                  "data": type("Pointer", (), {"ptr": ptr})})()
+
+
+def test_tensor_map_encodes_the_array_once_per_address_and_shape(monkeypatch):
+    # The driver's encoder replaced by a recorder, so this runs without a GPU. A map must
+    # describe the array: address, (columns, rows), the row pitch, the box. A cached encoder
+    # once passed its own buffer's address instead, and every Hopper launch faulted.
+    seen = []
+
+    def encode(out, dtype, rank, address, dims, strides, box, element_strides, *modes):
+        seen.append((address.value, list(dims), list(strides), list(box)))
+        return 0
+
+    monkeypatch.setattr(_kernels, "_encode_tiled", lambda: encode)
+    _kernels._tensor_map.cache_clear()
+    try:
+        a = _kernels.tensor_map_2d(_fake_bf16(0x7F00_0000_1000, (300, 64)), 64, 128)
+        again = _kernels.tensor_map_2d(_fake_bf16(0x7F00_0000_1000, (300, 64)), 64, 128)
+        other = _kernels.tensor_map_2d(_fake_bf16(0x7F00_0000_9000, (300, 64)), 64, 128)
+        wider = _kernels.tensor_map_2d(_fake_bf16(0x7F00_0000_1000, (300, 64)), 64, 256)
+    finally:
+        _kernels._tensor_map.cache_clear()  # no recorded map outlives the test
+    assert seen == [(0x7F00_0000_1000, [64, 300], [128], [64, 128]),
+                    (0x7F00_0000_9000, [64, 300], [128], [64, 128]),
+                    (0x7F00_0000_1000, [64, 300], [128], [64, 256])]
+    assert again is a and other is not a and wider is not a
+    assert a.nbytes == _kernels.TENSOR_MAP_BYTES and not a.flags.writeable
+
+
+def test_tensor_map_names_the_shape_on_a_driver_error(monkeypatch):
+    monkeypatch.setattr(_kernels, "_encode_tiled", lambda: lambda *args: 1)
+    _kernels._tensor_map.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"CUresult 1 .*shape \(5, 8\)"):
+            _kernels.tensor_map_2d(_fake_bf16(0x1000, (5, 8)), 64, 128)
+    finally:
+        _kernels._tensor_map.cache_clear()
