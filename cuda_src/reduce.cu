@@ -10,6 +10,8 @@
 // twell_find_nonfinite: sets *found when any of the n values is Inf or NaN (decided on the
 //   exponent bits, so no flush or comparison quirk can hide one). 16-byte loads when the
 //   array is 16-byte aligned (the launcher says so with VEC); grid-stride loop; any grid.
+// twell_exclusive_scan: the prefix sums that place the overflow and every other CSR-style
+//   output (described where it is defined, below).
 #include "twell_layout.cuh"
 
 using namespace twell;
