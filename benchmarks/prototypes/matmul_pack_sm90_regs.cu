@@ -41,9 +41,12 @@
 // the shipped bits on the six cases of the cluster script (the one-entry spill too); alone
 // 0.609 ms against 0.640 at T = 256, S = 13, 0.653 against 0.657 at T = 64, S = 3; in the
 // launcher 0.699 against 0.745. The prediction failed: the epilogue still costs ~0.13 ms,
-// ~12 us per tile and SM, far above its instruction count. TWELL_PROTO_NO_FILL and
-// TWELL_PROTO_NO_PACK (timing-only switches, wrong outputs) leave out the zero fill and the
-// whole packing, to find where (not run yet: no device time left).
+// ~6 us per tile and SM, far above its instruction count. Timing-only switches (wrong
+// outputs): TWELL_PROTO_GEMM_ONLY (no epilogue), TWELL_PROTO_NO_PACK (words and masks only),
+// TWELL_PROTO_NO_FILL (no zero fill), TWELL_PROTO_NO_ENTRIES (no per-entry loop). Run in the
+// sixteenth session (call 1, results/2026-12-04-h200-p/call1_regs.txt): 0.472, 0.537, 0.597,
+// 0.578 ms against 0.608 in all: rounding and masks 0.065, counts, totals and fill 0.041
+// (the fill 0.011), the entries 0.030.
 #include "twell_layout.cuh"
 #include "mma.cuh"
 #include "matmul_pack.cuh"
@@ -78,6 +81,10 @@ __device__ __forceinline__ void pack_accumulators(
     int* __restrict__ spill_indices, __nv_bfloat16* __restrict__ spill_data,
     long long spill_capacity, unsigned long long* __restrict__ spill_used, int wg, int warp,
     int lane) {
+#ifdef TWELL_PROTO_GEMM_ONLY  // timing only: no epilogue at all
+  if (d[0] == 12345.0f && d[127] == -1.0f) counts[0] = 0;  // keeps the accumulators alive
+  return;
+#endif
   const int q = lane & 3, quad = lane & ~3;
   const int log_chunks = __ffs(tile_width >> 3) - 1;  // tile_width / 8 is a power of two
   const long long tiles = n_tiles(n_cols, tile_width);
@@ -155,6 +162,9 @@ __device__ __forceinline__ void pack_accumulators(
     // Per entry (a loop over the set bits: ~0.6 a row at 99%): its slot, or its place in the
     // spill.
     if (!row_ok) continue;
+#ifdef TWELL_PROTO_NO_ENTRIES  // timing only: counts, totals and the fill; no entry written
+    continue;
+#endif
     for (unsigned long long rest = mask; rest != 0ull; rest &= rest - 1ull) {
       const int bit = __ffsll(static_cast<long long>(rest)) - 1;
       const int j = bit >> 1, b = bit & 1;

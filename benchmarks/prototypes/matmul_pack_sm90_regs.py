@@ -78,10 +78,13 @@ def main():
 
 
 def variants(x, w, blocks):
-    """Kernel alone (T = 256, S = 13) compiled with the source's timing-only switches: the
-    zero fill left out (TWELL_PROTO_NO_FILL), and everything after the words and masks left
-    out (TWELL_PROTO_NO_PACK). Their outputs are wrong; only the differences matter."""
-    for option in ("-DTWELL_PROTO_NO_FILL", "-DTWELL_PROTO_NO_PACK"):
+    """Kernel alone (T = 256, S = 13) compiled with the source's timing-only switches: no
+    epilogue at all (TWELL_PROTO_GEMM_ONLY), everything after the words and masks left out
+    (TWELL_PROTO_NO_PACK), the zero fill left out (TWELL_PROTO_NO_FILL), the per-entry loop
+    left out (TWELL_PROTO_NO_ENTRIES). Their outputs are wrong; only the differences
+    matter."""
+    for option in ("-DTWELL_PROTO_GEMM_ONLY", "-DTWELL_PROTO_NO_PACK", "-DTWELL_PROTO_NO_FILL",
+                   "-DTWELL_PROTO_NO_ENTRIES"):
         loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
                                        [f"-I{_kernels.source_dir()}", option])
         kernel = _kernels.ArchKernel(loaded.get_function(NAME), loaded)
