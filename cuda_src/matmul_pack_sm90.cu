@@ -1,7 +1,8 @@
 // matmul_pack_sm90.cu: twell_matmul_pack_sm90, the Hopper twell_matmul_pack (bf16, sm_90a
-// only: wgmma and TMA). Same results and epilogue as twell_matmul_pack<__nv_bfloat16>
-// (ffn.cu): relu(x @ w^T) packed into TwELL by pack_staged_block (matmul_pack.cuh), the dense
-// product never written to global memory. Both kernels add the k steps of 16 in the same
+// only: wgmma and TMA). Same results as twell_matmul_pack<__nv_bfloat16> (ffn.cu):
+// relu(x @ w^T) packed into TwELL, the dense product never written to global memory; the
+// packing works on the accumulators in registers (pack_accumulators, wgmma.cuh) instead of a
+// staged tile (pack_staged_block, as ffn.cu). Both kernels add the k steps of 16 in the same
 // order in fp32 and round relu(acc) once to bf16; the tests hold them to the same bits.
 // The loader (twell/_kernels.py) compiles this file with NVRTC for -arch=sm_90a, and only on a
 // device of compute capability 9.0; CI compiles it with nvcc for sm_90a.
@@ -16,11 +17,11 @@
 //   - Per stage two mbarriers: `full` (the producer's arrive.expect_tx of the stage's 48 KB,
 //     completed by the TMA) and `empty` (one arrival per consumer warp once the wgmma that
 //     read the stage has completed). No block-wide barrier in the k loop.
-// Then relu(acc) is staged in the pipeline's shared memory and all 9 warps pack it.
+// Then each consumer thread packs its two rows' relu(acc) (pack_accumulators).
 // Why TMA: the earlier form (cp.async by all 256 threads, 12 copies each per k tile and a
 // block-wide barrier per k tile) took 0.852 ms alone against 0.730 for this design (H200,
-// M = 16384, K = 2048, N = 5632, S = 13; benchmarks/NOTES.md). Its GEMM alone takes 0.467 ms,
-// as fast as cuBLAS's (0.484): what remains is the staging and packing (0.639 ms in all).
+// M = 16384, K = 2048, N = 5632, S = 13; benchmarks/NOTES.md). Its GEMM alone takes 0.472 ms,
+// as fast as cuBLAS's (0.490); with the packing 0.609 (0.64 with the staged packing).
 // The tensor maps come by value as __grid_constant__ parameters (TensorMap, tma.cuh).
 #include "twell_layout.cuh"
 #include "mma.cuh"
@@ -91,13 +92,12 @@ twell_matmul_pack_sm90(const __grid_constant__ TensorMap tmap_x,
         [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); },
         [lane](unsigned bar) { if (lane == 0) mbarrier_arrive(bar); });
   }
-  // Every stage is consumed (each TMA copy completed on a full barrier a consumer waited for):
-  // the shared memory becomes the staging tile.
+  // Every stage is consumed (each TMA copy completed on a full barrier a consumer waited for,
+  // and every wgmma that read a stage has completed): the pipeline's shared memory holds the
+  // packing's words. The producer warp is done.
   __syncthreads();
-  __nv_bfloat16* const stage = smem;
-  if (warp_id < kConsumerWarps) stage_relu(d, stage, tid / 128, tid % 128 / kWarp, lane);
-  __syncthreads();
-  pack_staged_block<__nv_bfloat16, kBM, kBN, kPitch, kSm90Threads / kWarp>(
-      stage, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data, indices,
-      spill_start, spill_indices, spill_data, spill_capacity, spill_used, warp_id, lane);
+  if (warp_id < kConsumerWarps)
+    pack_accumulators(d, smem, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data,
+                      indices, spill_start, spill_indices, spill_data, spill_capacity,
+                      spill_used, tid / 128, tid % 128 / kWarp, lane);
 }

@@ -1,7 +1,8 @@
 // wgmma.cuh: the pieces of the Hopper (sm_90a) fused GEMM -> TwELL kernels: the wgmma
 // m64n256k16 bf16 instruction with fp32 accumulators, the shared-memory matrix descriptor of
 // a K-major 128-byte-swizzled operand, the 1024-byte aligned dynamic shared memory, and the
-// staging of relu(acc) for pack_staged_block (matmul_pack.cuh). Only sm_90a compiles it.
+// epilogue that packs relu(acc) into TwELL from the accumulators (pack_accumulators). Only
+// sm_90a compiles it.
 #pragma once
 
 #include "twell_layout.cuh"
@@ -83,21 +84,164 @@ __device__ __forceinline__ void wgmma_stage(float (&d)[128], const __nv_bfloat16
   fence_operands(d);
 }
 
-// Stages relu(acc) rounded to bf16 in the [128][kPitch] tile `stage` (the pipeline's shared
-// memory, once every warpgroup is done with it). Accumulator layout (as mma.sync m16n8, per
-// warp of the warpgroup): d[4j + i] is row 64 wg + 16 warp + lane / 4 + 8 (i / 2), column
-// 8 j + 2 (lane % 4) + i % 2.
-__device__ __forceinline__ void stage_relu(const float (&d)[128], __nv_bfloat16* stage, int wg,
-                                           int warp, int lane) {
+// Bits [first, first + count) of a 64-bit mask (first, count in 0..64).
+__device__ __forceinline__ unsigned long long bit_range(int first, int count) {
+  const unsigned long long ones = count >= 64 ? ~0ull : (1ull << count) - 1ull;
+  return first >= 64 ? 0ull : ones << first;
+}
+
+// The 64-bit mask `mask` of lane `from` (of this warp).
+__device__ __forceinline__ unsigned long long shfl_mask(unsigned long long mask, int from) {
+  const unsigned lo = __shfl_sync(kFullMask, static_cast<unsigned>(mask), from);
+  const unsigned hi = __shfl_sync(kFullMask, static_cast<unsigned>(mask >> 32), from);
+  return static_cast<unsigned long long>(hi) << 32 | lo;
+}
+
+// relu(acc) of this consumer thread's two rows packed into the TwELL arrays straight from the
+// accumulators, with pack_staged_block's contract (matmul_pack.cuh): the same slots, counts,
+// totals, spill reservations and spill entries, so the same bits after the launcher's move.
+//
+// Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): lane l of warp `warp` of
+// warpgroup wg holds in d[4 j + 2 h + b] row 64 wg + 16 warp + l / 4 + 8 h, column
+// 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
+// Each lane rounds relu(acc) to bf16 words of two columns and builds a 64-bit mask of its
+// non-zeros per row (bit 2 j + b; columns past N cleared); the quad swaps the masks, and every
+// rank is a sum of popcounts: the quad's entries in the tile's chunks before j, those of
+// lower lanes in chunk j, plus b. A tile is whole chunks (tile_width is 8 times a power of
+// two up to 256), so it is one contiguous bit range of every mask
+// (benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py checks this arithmetic).
+// Per (row, tile) one lane of the quad writes count and total and reserves the spill; the
+// quad zero-fills the slots past the count. Per entry (a loop over the set bits: ~0.6 a row
+// at 99%) its owner writes slot `rank`, or its place in the spill (read back after a
+// __syncwarp: rare).
+//
+// The words wait for their entries in `words` (64 KB of free shared memory: every wgmma of
+// the block is done with it), word group c (4 words: h = c / 8, j = 4 (c % 8) + e) of
+// consumer thread t as 16 bytes at (c * 256 + t) * 16: conflict-free 128-bit stores. In
+// registers they would not fit: 9 warps put 3 on one quarter of the register file, 168
+// registers a thread at most, and the 64 words spilled.
+// Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
+// projection (H200) that epilogue cost 0.17 ms of the kernel's 0.64; this one 0.136 (the
+// kernel 0.609 ms), of which rounding and masks 0.065, counts, totals and zero fill 0.041,
+// the entries 0.030 (benchmarks/NOTES.md, sixteenth session).
+__device__ __forceinline__ void pack_accumulators(
+    const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
+    long long n_cols, int tile_width, int slots, int* __restrict__ totals,
+    int* __restrict__ counts, __nv_bfloat16* __restrict__ data,
+    unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
+    int* __restrict__ spill_indices, __nv_bfloat16* __restrict__ spill_data,
+    long long spill_capacity, unsigned long long* __restrict__ spill_used, int wg, int warp,
+    int lane) {
+  using gemm::kBN;
+  constexpr int kConsumers = 256;
+  const int q = lane & 3, quad = lane & ~3;
+  const int log_chunks = __ffs(tile_width >> 3) - 1;  // tile_width / 8 is a power of two
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const int tiles_here = kBN >> (3 + log_chunks);  // tiles in the block's 256 columns
+  const long long tile0 = n0 / tile_width;
+  const int tile_bits = 2 << log_chunks;  // mask bits per tile
+  // Columns past N hold relu(0 * x), which may be NaN: never stored. Bit 2 j + b is column
+  // 8 j + 2 q + b, inside N for j < ceil((cols - 2 q - b) / 8).
+  const int cols = static_cast<int>(min(n_cols - n0, static_cast<long long>(kBN)));
+  const int even = max(0, min(32, (cols - 2 * q + 7) >> 3));
+  const int odd = max(0, min(32, (cols - 2 * q + 6) >> 3));
+  const unsigned long long valid = (bit_range(0, 2 * even) & 0x5555555555555555ull) |
+                                   (bit_range(0, 2 * odd) & 0xaaaaaaaaaaaaaaaaull);
+  uint4* const groups = static_cast<uint4*>(words) + (wg * 128 + warp * kWarp + lane);
+  // Both rows' words and masks first, so that the accumulators die before the packing.
+  unsigned long long masks[2] = {0ull, 0ull};
 #pragma unroll
-  for (int j = 0; j < 32; ++j)
+  for (int c = 0; c < 16; ++c) {
+    const int h = c >> 3;
+    unsigned four[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wg * 64 + 16 * warp + lane / 4 + 8 * h;
-      const int col = 8 * j + 2 * (lane % 4);
-      *reinterpret_cast<unsigned*>(stage + row * gemm::kPitch + col) = Mma<__nv_bfloat16>::pack2(
-          gemm::relu(d[4 * j + 2 * h]), gemm::relu(d[4 * j + 2 * h + 1]));
+    for (int e = 0; e < 4; ++e) {
+      const int j = 4 * (c & 7) + e;
+      const unsigned two = Mma<__nv_bfloat16>::pack2(gemm::relu(d[4 * j + 2 * h]),
+                                                     gemm::relu(d[4 * j + 2 * h + 1]));
+      four[e] = two;
+      const unsigned bits = static_cast<unsigned>((two & 0x7fffu) != 0u) |
+                            static_cast<unsigned>((two & 0x7fff0000u) != 0u) << 1;
+      masks[h] |= static_cast<unsigned long long>(bits) << (2 * j);
     }
+    groups[c * kConsumers] = make_uint4(four[0], four[1], four[2], four[3]);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
+    const bool row_ok = row < n_rows;  // the same for the quad
+    const unsigned long long mask = masks[h] & valid;
+    unsigned long long quad_masks[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) quad_masks[p] = shfl_mask(mask, quad | p);
+
+    // Per (row, tile): count, total, spill reservation, zero fill.
+    for (int t = 0; t < tiles_here; ++t) {
+      const long long tile = tile0 + t;
+      const unsigned long long range = bit_range(t * tile_bits, tile_bits);
+      int total = 0;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) total += __popcll(quad_masks[p] & range);
+      const int owner = t & 3;
+      const bool ok = row_ok && tile < tiles;
+      const long long pair = row * tiles + tile;
+      // spill_capacity 0 asks for the totals alone (the slots="auto" sample): no spill.
+      const bool spills = ok && total > slots && spill_capacity > 0;
+      unsigned long long start = 0;
+      if (spills && q == owner)
+        start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
+      start = __shfl_sync(kFullMask, start, quad | owner);
+      if (!ok) continue;
+      const int used = min(total, slots);
+      if (q == owner) {
+        counts[pair] = used;
+        totals[pair] = total;
+        if (spills) {
+          const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
+          spill_start[pair] = fits ? static_cast<long long>(start) : -1;
+        }
+      }
+      for (int s = used + q; s < slots; s += 4) {
+        data[pair * slots + s] = Value<__nv_bfloat16>::zero();
+        indices[pair * slots + s] = 0;
+      }
+    }
+    __syncwarp();  // spill_start, written by the owner lanes, is read below
+    if (!row_ok) continue;
+
+    // Per entry: its slot, or its place in the spill.
+    for (unsigned long long rest = mask; rest != 0ull; rest &= rest - 1ull) {
+      const int bit = __ffsll(static_cast<long long>(rest)) - 1;
+      const int j = bit >> 1, b = bit & 1;
+      const int t = j >> log_chunks;
+      const long long tile = tile0 + t;
+      if (tile >= tiles) continue;
+      const unsigned long long before = bit_range(t * tile_bits, 2 * j - t * tile_bits);
+      int r = b == 1 ? static_cast<int>(mask >> (2 * j) & 1ull) : 0;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        r += __popcll(quad_masks[p] & before);
+        if (p < q) r += __popc(static_cast<unsigned>(quad_masks[p] >> (2 * j)) & 3u);
+      }
+      // This thread's own word, stored above.
+      const unsigned two =
+          reinterpret_cast<const unsigned*>(groups + (8 * h + (j >> 2)) * kConsumers)[j & 3];
+      const __nv_bfloat16 value =
+          __ushort_as_bfloat16(static_cast<unsigned short>(two >> (16 * b)));
+      const long long pair = row * tiles + tile;
+      const int in_tile = 8 * j + 2 * q + b - t * tile_width;
+      if (r < slots) {
+        data[pair * slots + r] = value;
+        indices[pair * slots + r] = static_cast<unsigned short>(in_tile);
+      } else if (spill_capacity > 0) {
+        const long long start = spill_start[pair];
+        if (start >= 0) {
+          spill_indices[start + (r - slots)] = static_cast<int>(tile * tile_width + in_tile);
+          spill_data[start + (r - slots)] = value;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace twell

@@ -200,6 +200,11 @@ def _hopper(gpu):
     ((300, 72, 777), 64, 2),        # the shape of the tests above
     ((1000, 4096, 2752), 64, 5),    # a long k loop (64 tiles), many blocks
     ((2048, 2048, 5632), 256, 13),  # the paper's up-projection shape, shorter
+    # Every other tile width: a tile is a different bit range of the lanes' masks in the
+    # Hopper kernel's epilogue (pack_accumulators); N cuts the last block mid-tile.
+    ((130, 64, 520), 16, 3),
+    ((200, 128, 1000), 32, 4),
+    ((129, 64, 390), 128, 6),
 ], ids=str)
 def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_width, slots):
     # The wgmma kernel (H100/H200, bf16) against the mma.sync one: the same slots, counts,

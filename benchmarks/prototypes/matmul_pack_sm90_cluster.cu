@@ -35,6 +35,7 @@
 #include "matmul_pack.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
+#include "stage_relu.cuh"
 #include "cluster.cuh"
 
 using namespace twell;

@@ -33,6 +33,7 @@
 #include "matmul_pack.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
+#include "stage_relu.cuh"
 
 using namespace twell;
 
