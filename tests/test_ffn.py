@@ -194,6 +194,35 @@ def _hopper(gpu):
         pytest.skip("twell_matmul_pack_sm90 needs a device of compute capability 9.0")
 
 
+@pytest.mark.parametrize("dtype", HALF)
+def test_fused_plan_made_early_gives_the_same_bits(gpu, rng, dtype):
+    # slots="auto" makes the main call's slot-independent half (buffers, tensor maps) while
+    # the sample is counted, and scans for the overflow's offsets before it reads the
+    # overflow size when the sample overflowed: with a plan made beforehand (also with a
+    # spill rerun, its one-entry buffer replaced by one of the counted size) and the early
+    # scan (also when nothing overflows after all), the plain call's bits.
+    from twell import _cupy_backend
+
+    x, w = _fused(gpu, rng, dtype)
+    shape = (x.shape[0], w.shape[0])
+    for slots in (2, 64):
+        plain = _cupy_backend.matmul_pack(x, w, 64, slots)
+        assert (plain.overflow_data.size > 0) == (slots == 2)
+        for capacity, likely in ((None, False), (None, True), (1, False), (1, True)):
+            plan = _cupy_backend.matmul_plan(x, w, 64, spill_capacity=capacity)
+            gpu.poison()
+            got = _cupy_backend.matmul_pack(x, w, 64, slots, plan=plan, overflow_likely=likely)
+            assert_same_bits(twell.TwELLMatrix._from_parts(got, shape, 64),
+                             twell.TwELLMatrix._from_parts(plain, shape, 64),
+                             f"S={slots}, plan (spill capacity {capacity}), "
+                             f"overflow_likely={likely} vs plain")
+    with pytest.raises(ValueError, match="plan was made for tile_width=64 and 300 rows; got "
+                                         "tile_width=32 and 300 rows"):
+        _cupy_backend.matmul_pack(x, w, 32, 2, plan=plan)
+    with pytest.raises(ValueError, match="spill_capacity must be at least 1; got 0"):
+        _cupy_backend.matmul_plan(x, w, 64, spill_capacity=0)
+
+
 @pytest.mark.parametrize("shape, tile_width, slots", [
     ((128, 64, 256), 256, 5),       # one block, one k tile
     ((77, 136, 300), 8, 1),         # partial blocks, a partial k tile, heavy overflow

@@ -7,6 +7,7 @@ CuPy's current stream; the device-to-host synchronisations are marked.
 """
 
 import os
+from typing import NamedTuple
 
 import cupy
 import numpy as np
@@ -882,27 +883,69 @@ def _matmul_operands(x, w, variant):
     return kernel, (x, w), _MATMUL_SMEM
 
 
+class MatmulPlan(NamedTuple):
+    """The half of a fused GEMM -> TwELL call that does not depend on the slots.
+
+    Made by :func:`matmul_plan` and used by one :func:`matmul_pack` call: ``slots="auto"``
+    makes it while the GPU counts the sampled rows, so that the host work of the main call
+    (buffers, tensor maps, the kernel's attributes) overlaps that kernel instead of
+    following its read-back.
+    """
+
+    variant: str  # "sm90" or "mma"
+    tile_width: int
+    totals: object  # int32 (M, n_tiles): every pair's entries, slots or not
+    spill_start: object  # int64 (M, n_tiles): where a pair's entries past the slots went
+    spill_capacity: int
+    spill_indices: object
+    spill_data: object
+
+
+def matmul_plan(x, w, tile_width, spill_capacity=None, variant=None):
+    """The slot-independent buffers and operands of ``matmul_pack(x, w, tile_width, ...)``.
+
+    The operands pass :func:`matmul_pack_supported`; ``spill_capacity`` and ``variant`` as
+    for :func:`matmul_pack`. No host synchronisation.
+    """
+    m = x.shape[0]
+    variant = _matmul_variant(x, w, variant)
+    nt = _layout.n_tiles(w.shape[0], tile_width)
+    if spill_capacity is None:
+        spill_capacity = m * w.shape[0] // _SPILL_SHARE + _SPILL_FLOOR
+    if spill_capacity < 1:
+        raise ValueError(f"spill_capacity must be at least 1; got {spill_capacity}")
+    if m * nt:
+        _matmul_operands(x, w, variant)  # tensor maps and kernel now, kept for the launch
+    return MatmulPlan(variant, tile_width, cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE),
+                      cupy.empty((m, nt), dtype=np.int64), spill_capacity,
+                      *_spill_buffers(spill_capacity, x.dtype))
+
+
+def _spill_buffers(capacity, dtype):
+    """Column indices and values of ``capacity`` spilled entries (uninitialised)."""
+    return (cupy.empty(capacity, dtype=_layout.OVERFLOW_INDEX_DTYPE),
+            cupy.empty(capacity, dtype=dtype))
+
+
 def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
-                        spill_capacity):
-    """One launch of the fused kernel; returns its overflow counter and the spill buffers
-    it wrote (device arrays; the spill buffers are empty when ``spill_capacity`` is 0)."""
+                        spill_capacity, spill_indices, spill_data):
+    """One launch of the fused kernel; returns its overflow counter (a device array)."""
     m, k = x.shape
     n = w.shape[0]
     kernel, operands, smem = _matmul_operands(x, w, variant)
     kernel.max_dynamic_shared_size_bytes = smem
     bm, bn = _MATMUL_TILE
     counter = _overflow_counter()
-    spill_indices = cupy.empty(spill_capacity, dtype=_layout.OVERFLOW_INDEX_DTYPE)
-    spill_data = cupy.empty(spill_capacity, dtype=x.dtype)
     # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
     kernel((-(-m // bm) * -(-n // bn),), (_MATMUL_THREADS[variant],), (
         *operands, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots), totals,
         parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
         _i64(spill_capacity), counter), shared_mem=smem)
-    return counter, spill_indices, spill_data
+    return counter
 
 
-def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
+def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None, plan=None,
+                overflow_likely=False):
     """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel.
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
@@ -912,39 +955,44 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     (mma.sync); both give the same bits. Synchronises once with the host (the overflow
     size), twice when the spill buffer (``spill_capacity`` entries; private, for tests) was
     too small and the kernel reruns. ``variant`` (private: tests and benchmarks): ``"mma"``
-    forces the mma.sync kernel, ``"sm90"`` the Hopper one.
+    forces the mma.sync kernel, ``"sm90"`` the Hopper one. ``plan``: this call's
+    :func:`matmul_plan`, made earlier (then ``spill_capacity`` and ``variant`` are the
+    plan's); one is made here when it is None. ``overflow_likely`` (``slots="auto"``, whose
+    sample overflowed): the overflow's offsets are computed before the overflow size is
+    read, so that the GPU scans while the host waits, instead of after.
     """
-    m = x.shape[0]
-    n = w.shape[0]
-    variant = _matmul_variant(x, w, variant)
-    nt = _layout.n_tiles(n, tile_width)
+    if plan is None:
+        plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
+    elif plan.tile_width != tile_width or plan.totals.shape[0] != x.shape[0]:
+        raise ValueError(f"plan was made for tile_width={plan.tile_width} and "
+                         f"{plan.totals.shape[0]} rows; got tile_width={tile_width} and "
+                         f"{x.shape[0]} rows")
+    m, nt = plan.totals.shape
     # The overflow part is made after the launch: the GPU need not wait for it.
     parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
     if m * nt == 0:
         return _no_overflow(parts)
-    totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
-    spill_start = cupy.empty((m, nt), dtype=np.int64)
-    if spill_capacity is None:
-        spill_capacity = m * n // _SPILL_SHARE + _SPILL_FLOOR
-    if spill_capacity < 1:
-        raise ValueError(f"spill_capacity must be at least 1; got {spill_capacity}")
+    capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
     while True:
-        counter, spill_indices, spill_data = _launch_matmul_pack(
-            x, w, variant, tile_width, slots, totals, parts, spill_start, spill_capacity)
-        no_overflow = _no_overflow(parts)  # made while the kernel runs
+        counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
+                                      plan.spill_start, capacity, spill_indices, spill_data)
+        # Made while the kernel runs. A rerun writes the same totals, so the offsets hold.
+        offsets = _overflow_offsets(plan.totals, slots) if overflow_likely else None
+        no_overflow = None if overflow_likely else _no_overflow(parts)
         n_over = _overflow_size(counter)
-        if n_over <= spill_capacity:
+        if n_over <= capacity:
             break
-        spill_capacity = n_over  # the same product spills exactly this much again
+        capacity = n_over  # the same product spills exactly this much again
+        spill_indices, spill_data = _spill_buffers(capacity, x.dtype)
     if n_over == 0:
-        return no_overflow
-    offset, row_starts = _overflow_offsets(totals, slots)
+        return no_overflow or _no_overflow(parts)
+    offset, row_starts = offsets or _overflow_offsets(plan.totals, slots)
     parts = _with_overflow(parts, row_starts, n_over)
     move = _kernels.function("ffn.cu", _expr("twell_spill_to_overflow", x.dtype))
     # One warp per 32 consecutive (row, tile) pairs.
     move(_blocks(-(-m * nt // 32), _WARPS), (_BLOCK,), (
-        totals, _i64(m * nt), _i32(slots), spill_start, spill_indices, spill_data, offset,
-        parts.overflow_indices, parts.overflow_data))
+        plan.totals, _i64(m * nt), _i32(slots), plan.spill_start, spill_indices, spill_data,
+        offset, parts.overflow_indices, parts.overflow_data))
     return parts
 
 
@@ -959,7 +1007,7 @@ def matmul_tile_counts(x, w, tile_width):
     if m * nt:
         parts = _empty_parts(m, nt, 1, x.dtype, slot_fill=cupy.empty, overflow=False)
         _launch_matmul_pack(x, w, _matmul_variant(x, w, None), tile_width, 1, totals, parts,
-                            None, 0)
+                            None, 0, None, None)
     return totals
 
 

@@ -13,7 +13,7 @@ activation, the packing kernel), as ``sparse_ffn`` does for its up and down proj
 import numpy as np
 
 from . import _backend, _layout
-from ._twell import TwELLMatrix, _matmul, _tile_counts_histogram
+from ._twell import TwELLMatrix, _checked_histogram, _matmul, _tile_counts_histogram
 from ._validation import (
     accumulator_dtype,
     check_slots,
@@ -140,15 +140,22 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     acc = accumulator_dtype(out)
     nnz = None  # entries of the result, estimated from the slots="auto" sample
     if be.matmul_pack_supported(x, w, tile_width):
+        plan, overflow_likely = None, False
         if slots == "auto":
             # The fused kernel's own counts of the sampled rows (totals only: no slots, no
-            # spill, no dense product): the zeros of exactly the values it will pack.
+            # spill, no dense product): the zeros of exactly the values it will pack. The
+            # main call's slot-independent half is made while the GPU counts.
             rows = xp.ascontiguousarray(x[::step])
-            slots, nnz = _slots_from_counts(be.matmul_tile_counts(rows, w, tile_width),
-                                            tile_width, m)
+            counts = be.matmul_tile_counts(rows, w, tile_width)
+            hist = be.count_histogram(counts, tile_width + 1)
+            plan = be.matmul_plan(x, w, tile_width)
+            hist = _checked_histogram(hist, tile_width)
+            slots, nnz = _slots_and_nnz(hist, tile_width, counts.shape[0], m)
+            overflow_likely = _layout.slot_overflow(hist, slots) > 0
         check_storage(shape, tile_width, slots)
-        return TwELLMatrix._from_parts(be.matmul_pack(x, w, tile_width, slots), shape,
-                                       tile_width, nnz)
+        parts = be.matmul_pack(x, w, tile_width, slots, plan=plan,
+                               overflow_likely=overflow_likely)
+        return TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
     z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
     if slots == "auto":
         slots, nnz = _sample_slots(be, z[::step], tile_width, m)
@@ -167,8 +174,14 @@ def _sample_slots(be, sample, tile_width, m):
 def _slots_from_counts(counts, tile_width, m):
     """``slots="auto"`` from the per-(row, tile) counts of sampled rows of an M-row product
     (one host sync on a GPU), and the product's entries estimated from the sample's."""
-    hist = _tile_counts_histogram(counts, tile_width)
-    nnz = _layout.histogram_nnz(hist) * m // max(counts.shape[0], 1)
+    return _slots_and_nnz(_tile_counts_histogram(counts, tile_width), tile_width,
+                          counts.shape[0], m)
+
+
+def _slots_and_nnz(hist, tile_width, rows, m):
+    """``slots="auto"`` and the estimated entries of an M-row product from the histogram of
+    the per-(row, tile) counts of ``rows`` sampled rows."""
+    nnz = _layout.histogram_nnz(hist) * m // max(rows, 1)
     return _layout.auto_slots(hist, tile_width), nnz
 
 
