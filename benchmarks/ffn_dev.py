@@ -16,7 +16,6 @@ from scipy.special import ndtri
 
 import twell
 from twell import _cupy_backend as gb
-from twell import _ffn, _layout, _twell
 
 p = argparse.ArgumentParser()
 p.add_argument("--m", type=int, default=16384)
@@ -86,31 +85,17 @@ for s in map(float, args.sparsities.split(",")):
         print(f"{s:>8} {name:<40} {t:8.3f} {flops / t / 1e9:8.1f}", flush=True)
 
 
-def auto_slots(counts, tile_width=256):
-    """slots="auto" from per-tile counts, as twell chooses it (one histogram, one sync)."""
-    return _layout.auto_slots(_twell._tile_counts_histogram(counts, tile_width), tile_width)
-
-
 def auto_stages(w):
-    """Each step of matmul_to_twell(x, w) with slots="auto", timed alone (ms)."""
-    step = -(-x.shape[0] // _ffn._SAMPLE_ROWS)
-    rows = cupy.ascontiguousarray(x[::step])
-    prod = rows @ w.T
-    sample = cupy.maximum(gb.cast(prod, np.float32), 0)
-    counts = gb.tile_counts_dense(sample, 256)
-    slots = auto_slots(counts)
-    full_counts = gb.tile_counts_dense(cupy.maximum(x @ w.T, 0), 256)
-    flat = counts.reshape(-1)
+    """The parts of matmul_to_twell(x, w) with slots="auto", each timed alone (ms): the
+    fused launch at the provisional slots, the whole auto launcher (launch, histogram, one
+    read, twell_reslot) and the plain launcher at the slots it picks."""
+    provisional = 256 // gb._PROVISIONAL_SHARE
+    _, slots, _ = gb.matmul_pack_auto(x, w, 256)
     return slots, {
-        "sample rows (contiguous copy)": lambda: cupy.ascontiguousarray(x[::step]),
-        "sample product (cuBLAS)": lambda: rows @ w.T,
-        "cast to float32 + relu": lambda: cupy.maximum(gb.cast(prod, np.float32), 0),
-        "count pass over the sample": lambda: gb.tile_counts_dense(sample, 256),
-        "(counts < 0).any() (bincount's 1st sync)": lambda: bool((flat < 0).any()),
-        "int(counts.max()) (bincount's 2nd sync)": lambda: int(flat.max()),
-        "cupy.bincount(sample counts)": lambda: cupy.bincount(flat, minlength=1),
-        "auto slots (sample counts)": lambda: auto_slots(counts),
-        "auto slots (all counts), as the pack's auto": lambda: auto_slots(full_counts),
+        f"matmul_pack at the provisional S={provisional}": lambda: gb.matmul_pack(
+            x, w, 256, provisional),
+        "matmul_pack_auto (launch, histogram, read, reslot)": lambda: gb.matmul_pack_auto(
+            x, w, 256),
         f"matmul_pack with the chosen S={slots}": lambda: gb.matmul_pack(x, w, 256, slots),
         "matmul_to_twell(x, w) (auto)": lambda: twell.matmul_to_twell(x, w),
     }
@@ -121,6 +106,6 @@ if args.stages:
     w[:, 0] = -ndtri(0.99)
     w = w.astype(twell.bfloat16)
     slots, stages = auto_stages(w)
-    print(f"# slots='auto' at 99%: the sample chooses S={slots}")
+    print(f"# slots='auto' at 99%: S={slots}")
     for name, fn in stages.items():
         print(f"{name:<48} {timed(fn):8.3f} ms", flush=True)

@@ -24,6 +24,8 @@
 // exclusive prefix sum of max(total - S, 0) over pairs): the overflow, like the slots, is the
 // same bits on every run. When the spill buffer was too small (spill_used > capacity) the
 // launcher reruns the GEMM with a buffer of exactly spill_used entries: nothing is dropped.
+// twell_reslot moves a product packed at a provisional slot count to the count chosen from its
+// totals (slots="auto": one fused launch, one read of the histogram).
 #include "twell_layout.cuh"
 #include "mma.cuh"
 #include "matmul_pack.cuh"
@@ -57,8 +59,9 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
 //   x (M, K) and w (N, K) row-major T, K % 8 == 0, 16-byte aligned; tile_width in
 //   {8, 16, ..., 256}; counts, totals (M, n_tiles) int; data, indices (M, n_tiles, S);
 //   spill_start (M, n_tiles) (written only for pairs with total > S); *spill_used zeroed by the
-//   launcher, holds sum over pairs of max(total - S, 0) afterwards. spill_capacity 0 asks for
-//   the totals alone (nothing spills, spill_start and *spill_used stay untouched).
+//   launcher, holds sum over pairs of max(total - S, 0) afterwards. With spill_capacity 0
+//   nothing spills (spill_start and *spill_used stay untouched): entries past the slots are
+//   only counted in totals.
 // Grid: ceil(M / 128) * ceil(N / 256) blocks of 256 threads, column blocks varying fastest
 // (the blocks running together share x's rows; w stays in L2); dynamic shared memory
 // kStages * (kAStage + kBStage) * sizeof(T) bytes.
@@ -180,6 +183,59 @@ __global__ void twell_spill_to_overflow(const int* __restrict__ totals, long lon
       overflow_indices[dst + j] = spill_indices[src + j];
       overflow_data[dst + j] = spill_data[src + j];
     }
+  }
+}
+
+// The fused kernel's output at a provisional slot count S_old (its slots, totals and spill)
+// -> S_new slots and the CSR overflow, for slots="auto" chosen from the histogram of the
+// product's own totals after one fused launch. Entry r of a pair (its rank in column order,
+// r < totals[pair]) is old slot r (r < S_old; index within the tile) or spill entry
+// spill_start[pair] + r - S_old (global column), and goes to new slot r (r < S_new) or to
+// overflow entry overflow_offset[pair] + r - S_new (an exclusive prefix sum of
+// max(total - S_new, 0) over pairs; global column). New slots past the count are zero, as
+// every pack writes them. One thread per pair: at 99% a pair holds ~2.5 entries.
+// Grid: ceil(M * n_tiles / block) blocks.
+template <typename T>
+__global__ void twell_reslot(const int* __restrict__ totals, long long n_pairs, long long tiles,
+                             int tile_width, int old_slots, const T* __restrict__ old_data,
+                             const unsigned short* __restrict__ old_indices,
+                             const long long* __restrict__ spill_start,
+                             const int* __restrict__ spill_indices,
+                             const T* __restrict__ spill_data, int new_slots,
+                             int* __restrict__ counts, T* __restrict__ data,
+                             unsigned short* __restrict__ indices,
+                             const long long* __restrict__ overflow_offset,
+                             int* __restrict__ overflow_indices, T* __restrict__ overflow_data) {
+  const long long pair = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (pair >= n_pairs) return;
+  const int total = totals[pair];
+  const long long col0 = pair % tiles * tile_width;  // the tile's first column
+  // Read only where they were written: spill_start for pairs past S_old, the offsets for
+  // pairs past S_new.
+  const long long spill = total > old_slots ? spill_start[pair] - old_slots : 0;
+  const long long over = total > new_slots ? overflow_offset[pair] - new_slots : 0;
+  const T* const from = old_data + pair * old_slots;
+  const unsigned short* const from_index = old_indices + pair * old_slots;
+  T* const to = data + pair * new_slots;
+  unsigned short* const to_index = indices + pair * new_slots;
+  for (int r = 0; r < total; ++r) {
+    const bool slot = r < old_slots;
+    const T v = slot ? from[r] : spill_data[spill + r];
+    const int in_tile = slot ? static_cast<int>(from_index[r])
+                             : static_cast<int>(spill_indices[spill + r] - col0);
+    if (r < new_slots) {
+      to[r] = v;
+      to_index[r] = static_cast<unsigned short>(in_tile);
+    } else {
+      overflow_indices[over + r] = static_cast<int>(col0 + in_tile);
+      overflow_data[over + r] = v;
+    }
+  }
+  const int used = min(total, new_slots);
+  counts[pair] = used;
+  for (int s = used; s < new_slots; ++s) {
+    to[s] = Value<T>::zero();
+    to_index[s] = 0;
   }
 }
 

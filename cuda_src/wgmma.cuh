@@ -185,7 +185,7 @@ __device__ __forceinline__ void pack_accumulators(
       const int owner = t & 3;
       const bool ok = row_ok && tile < tiles;
       const long long pair = row * tiles + tile;
-      // spill_capacity 0 asks for the totals alone (the slots="auto" sample): no spill.
+      // spill_capacity 0: no spill (entries past the slots are only counted in totals).
       const bool spills = ok && total > slots && spill_capacity > 0;
       unsigned long long start = 0;
       if (spills && q == owner)

@@ -195,32 +195,39 @@ def _hopper(gpu):
 
 
 @pytest.mark.parametrize("dtype", HALF)
-def test_fused_plan_made_early_gives_the_same_bits(gpu, rng, dtype):
-    # slots="auto" makes the main call's slot-independent half (buffers, tensor maps) while
-    # the sample is counted, and scans for the overflow's offsets before it reads the
-    # overflow size when the sample overflowed: with a plan made beforehand (also with a
-    # spill rerun, its one-entry buffer replaced by one of the counted size) and the early
-    # scan (also when nothing overflows after all), the plain call's bits.
-    from twell import _cupy_backend
+@pytest.mark.parametrize("tile_width, bias", [
+    (8, 1.0),     # one provisional slot: most pairs spill, and auto picks more slots
+    (64, 1.0),    # ~16% non-zeros: auto picks more than the 8 provisional slots
+    (64, 2.3),    # ~1%: fewer
+    (256, 2.3),
+])
+def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, dtype, tile_width,
+                                                               bias):
+    # slots="auto" on the fused path: one launch at tile_width // 8 provisional slots, then
+    # twell_reslot to the slots picked from the histogram of all the totals. The slots are
+    # auto_slots of the product's own per-tile counts (counted on the host from the dense
+    # result), the entry count is exact, and the result has the bits of the plain fused call
+    # with those slots given, also when the spill buffer was too small and the kernel reran.
+    from twell import _cupy_backend, _layout
 
-    x, w = _fused(gpu, rng, dtype)
+    x, w = _fused(gpu, rng, dtype, bias=bias)
     shape = (x.shape[0], w.shape[0])
-    for slots in (2, 64):
-        plain = _cupy_backend.matmul_pack(x, w, 64, slots)
-        assert (plain.overflow_data.size > 0) == (slots == 2)
-        for capacity, likely in ((None, False), (None, True), (1, False), (1, True)):
-            plan = _cupy_backend.matmul_plan(x, w, 64, spill_capacity=capacity)
-            gpu.poison()
-            got = _cupy_backend.matmul_pack(x, w, 64, slots, plan=plan, overflow_likely=likely)
-            assert_same_bits(twell.TwELLMatrix._from_parts(got, shape, 64),
-                             twell.TwELLMatrix._from_parts(plain, shape, 64),
-                             f"S={slots}, plan (spill capacity {capacity}), "
-                             f"overflow_likely={likely} vs plain")
-    with pytest.raises(ValueError, match="plan was made for tile_width=64 and 300 rows; got "
-                                         "tile_width=32 and 300 rows"):
-        _cupy_backend.matmul_pack(x, w, 32, 2, plan=plan)
-    with pytest.raises(ValueError, match="spill_capacity must be at least 1; got 0"):
-        _cupy_backend.matmul_plan(x, w, 64, spill_capacity=0)
+    for capacity in (None, 1):
+        gpu.poison()
+        parts, slots, nnz = _cupy_backend.matmul_pack_auto(x, w, tile_width,
+                                                           spill_capacity=capacity)
+        got = twell.TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
+        got.validate()
+        counts = tile_counts(got.toarray().get(), tile_width)
+        hist = np.bincount(counts.ravel(), minlength=tile_width + 1)
+        assert slots == _layout.auto_slots(hist, tile_width)
+        assert nnz == got.nnz == counts.sum() > 0
+        assert got.overflow_nnz == _layout.slot_overflow(hist, slots)
+        want = _cupy_backend.matmul_pack(x, w, tile_width, slots)
+        assert_same_bits(got, twell.TwELLMatrix._from_parts(want, shape, tile_width),
+                         f"auto (spill capacity {capacity}) vs slots={slots} given")
+    if tile_width <= 64 and bias == 1.0:
+        assert slots > tile_width // 8  # the provisional slots were too few: reslot widened
 
 
 @pytest.mark.parametrize("shape, tile_width, slots", [
@@ -290,31 +297,14 @@ def test_sm90_variant_refuses_float16_and_empty_depth(gpu, rng):
         _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")
 
 
-@pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("tile_width", [8, 64, 256])
-def test_fused_tile_counts_are_the_packed_counts(gpu, rng, dtype, tile_width):
-    # The counting-only launch behind slots="auto" counts exactly what the packing launch
-    # stores: its totals equal the per-(row, tile) non-zeros of the packed product, counted
-    # independently from its dense form on the host.
-    from twell import _cupy_backend
-
-    x, w = _fused(gpu, rng, dtype)
-    gpu.poison()
-    counts = _cupy_backend.matmul_tile_counts(x, w, tile_width).get()
-    want = tile_counts(matmul_to_twell(x, w, tile_width=tile_width, slots=2)
-                             .toarray().get(), tile_width)
-    assert want.sum() > 0 and (want > 2).any()
-    np.testing.assert_array_equal(counts, want)
-
-
 def test_fused_auto_slots_come_from_the_fused_counts(gpu, rng):
-    # slots="auto" on the fused path is auto_slots of the histogram of the sampled rows'
-    # counts (every row here: M <= 1024), i.e. of exactly the product it packs.
+    # slots="auto" on the fused path is auto_slots of the histogram of the product's own
+    # per-tile counts, as TwELLMatrix picks them for the dense product.
     from twell import _layout
 
     x, w = _fused(gpu, rng, BF16)
-    assert x.shape[0] <= 1024
     a = matmul_to_twell(x, w, tile_width=64)
+    assert a.slots == twell.TwELLMatrix(a.toarray(), tile_width=64).slots
     counts = tile_counts(a.toarray().get(), 64)
     assert a.slots == _layout.auto_slots(np.bincount(counts.ravel(), minlength=65), 64)
 

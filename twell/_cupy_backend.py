@@ -15,7 +15,7 @@ import numpy as np
 from . import _algorithms, _kernels, _layout
 from ._algorithms import Parts
 from ._checks import check_csr
-from ._validation import accumulator_dtype
+from ._validation import accumulator_dtype, check_storage
 
 # Threads per block for the warp-per-item kernels (8 warps) and the thread-per-item ones.
 _BLOCK = 256
@@ -95,16 +95,18 @@ def _reduce_grid(items):
     return (min(_blocks(items, _BLOCK)[0], _REDUCE_BLOCKS),)
 
 
-def count_histogram(counts, size):
+def count_histogram(counts, size, out=None):
     """Histogram of integer counts: int64 ``hist`` of ``size + 1`` bins.
 
     ``hist[c]`` (``c < size``) is the number of counts equal to ``c`` and ``hist[size]`` the
     number outside ``[0, size)``. One kernel (``twell_count_histogram``, integer atomics: the
     same result in any order) and no host synchronisation; ``cupy.bincount`` synchronises
-    twice before it starts (a negativity check and the maximum).
+    twice before it starts (a negativity check and the maximum). ``out``: zeroed uint64
+    device memory of ``size + 1`` values to count into (private: one read then fetches the
+    histogram with what lies beside it).
     """
     flat = cupy.ascontiguousarray(counts, dtype=_layout.COUNT_DTYPE).reshape(-1)
-    hist = cupy.zeros(size + 1, dtype=np.uint64)
+    hist = cupy.zeros(size + 1, dtype=np.uint64) if out is None else out
     if flat.size:
         kernel = _kernels.function("reduce.cu", "twell_count_histogram")
         kernel(_reduce_grid(flat.size), (_BLOCK,), (flat, _i64(flat.size), _i32(size), hist))
@@ -884,13 +886,8 @@ def _matmul_operands(x, w, variant):
 
 
 class MatmulPlan(NamedTuple):
-    """The half of a fused GEMM -> TwELL call that does not depend on the slots.
-
-    Made by :func:`matmul_plan` and used by one :func:`matmul_pack` call: ``slots="auto"``
-    makes it while the GPU counts the sampled rows, so that the host work of the main call
-    (buffers, tensor maps, the kernel's attributes) overlaps that kernel instead of
-    following its read-back.
-    """
+    """The buffers and operands of one fused GEMM -> TwELL call that do not depend on the
+    slots (:func:`matmul_plan`)."""
 
     variant: str  # "sm90" or "mma"
     tile_width: int
@@ -902,7 +899,8 @@ class MatmulPlan(NamedTuple):
 
 
 def matmul_plan(x, w, tile_width, spill_capacity=None, variant=None):
-    """The slot-independent buffers and operands of ``matmul_pack(x, w, tile_width, ...)``.
+    """The slot-independent buffers and operands of a fused call on ``x``, ``w`` at
+    ``tile_width``: totals, spill starts, the spill buffer, the kernel and its tensor maps.
 
     The operands pass :func:`matmul_pack_supported`; ``spill_capacity`` and ``variant`` as
     for :func:`matmul_pack`. No host synchronisation.
@@ -928,14 +926,15 @@ def _spill_buffers(capacity, dtype):
 
 
 def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
-                        spill_capacity, spill_indices, spill_data):
-    """One launch of the fused kernel; returns its overflow counter (a device array)."""
+                        spill_capacity, spill_indices, spill_data, counter=None):
+    """One launch of the fused kernel; returns its overflow counter (a device array:
+    ``counter``, zeroed, or a new one)."""
     m, k = x.shape
     n = w.shape[0]
     kernel, operands, smem = _matmul_operands(x, w, variant)
     kernel.max_dynamic_shared_size_bytes = smem
     bm, bn = _MATMUL_TILE
-    counter = _overflow_counter()
+    counter = _overflow_counter() if counter is None else counter
     # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
     kernel((-(-m // bm) * -(-n // bn),), (_MATMUL_THREADS[variant],), (
         *operands, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots), totals,
@@ -944,8 +943,7 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
     return counter
 
 
-def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None, plan=None,
-                overflow_likely=False):
+def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel.
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
@@ -955,18 +953,9 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None, plan
     (mma.sync); both give the same bits. Synchronises once with the host (the overflow
     size), twice when the spill buffer (``spill_capacity`` entries; private, for tests) was
     too small and the kernel reruns. ``variant`` (private: tests and benchmarks): ``"mma"``
-    forces the mma.sync kernel, ``"sm90"`` the Hopper one. ``plan``: this call's
-    :func:`matmul_plan`, made earlier (then ``spill_capacity`` and ``variant`` are the
-    plan's); one is made here when it is None. ``overflow_likely`` (``slots="auto"``, whose
-    sample overflowed): the overflow's offsets are computed before the overflow size is
-    read, so that the GPU scans while the host waits, instead of after.
+    forces the mma.sync kernel, ``"sm90"`` the Hopper one.
     """
-    if plan is None:
-        plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
-    elif plan.tile_width != tile_width or plan.totals.shape[0] != x.shape[0]:
-        raise ValueError(f"plan was made for tile_width={plan.tile_width} and "
-                         f"{plan.totals.shape[0]} rows; got tile_width={tile_width} and "
-                         f"{x.shape[0]} rows")
+    plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
     m, nt = plan.totals.shape
     # The overflow part is made after the launch: the GPU need not wait for it.
     parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
@@ -976,17 +965,15 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None, plan
     while True:
         counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                                       plan.spill_start, capacity, spill_indices, spill_data)
-        # Made while the kernel runs. A rerun writes the same totals, so the offsets hold.
-        offsets = _overflow_offsets(plan.totals, slots) if overflow_likely else None
-        no_overflow = None if overflow_likely else _no_overflow(parts)
+        no_overflow = _no_overflow(parts)  # made while the kernel runs
         n_over = _overflow_size(counter)
         if n_over <= capacity:
             break
         capacity = n_over  # the same product spills exactly this much again
         spill_indices, spill_data = _spill_buffers(capacity, x.dtype)
     if n_over == 0:
-        return no_overflow or _no_overflow(parts)
-    offset, row_starts = offsets or _overflow_offsets(plan.totals, slots)
+        return no_overflow
+    offset, row_starts = _overflow_offsets(plan.totals, slots)
     parts = _with_overflow(parts, row_starts, n_over)
     move = _kernels.function("ffn.cu", _expr("twell_spill_to_overflow", x.dtype))
     # One warp per 32 consecutive (row, tile) pairs.
@@ -996,19 +983,68 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None, plan
     return parts
 
 
-def matmul_tile_counts(x, w, tile_width):
-    """Non-zeros of every (row, tile) of ``relu(x @ w.T)``, int32 (M, n_tiles), from the
-    fused kernel in its totals-only mode (one slot, no spill): what :func:`matmul_pack`
-    would count for these rows, with no host synchronisation. The operands pass
-    :func:`matmul_pack_supported`."""
-    m = x.shape[0]
-    nt = _layout.n_tiles(w.shape[0], tile_width)
-    totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
-    if m * nt:
-        parts = _empty_parts(m, nt, 1, x.dtype, slot_fill=cupy.empty, overflow=False)
-        _launch_matmul_pack(x, w, _matmul_variant(x, w, None), tile_width, 1, totals, parts,
-                            None, 0, None, None)
-    return totals
+#: ``matmul_pack_auto`` packs at ``tile_width // _PROVISIONAL_SHARE`` slots before it knows
+#: the counts: room for 12.5% non-zeros, past any slot count that ``slots="auto"`` picks for
+#: a ReLU product at 90-99.9% sparsity (32 at tile width 256; 90% picks ~32, 99% ~6), with
+#: the rest in the spill buffer.
+_PROVISIONAL_SHARE = 8
+
+
+def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
+    """``relu(x @ w.T)`` packed with ``slots="auto"`` picked from its own per-tile counts.
+
+    Returns ``(parts, slots, nnz)``. One fused launch packs the product at a provisional slot
+    count (``tile_width // 8``, lowered to fit ``MAX_STORED_SLOTS``; entries past it spill),
+    then the histogram of its totals gives :func:`twell._layout.auto_slots`, the overflow
+    size and the entry count, read with the spill counter in one synchronisation (two when
+    the spill buffer was too small and the kernel reruns), and ``twell_reslot`` moves every
+    entry to its slot or overflow place. The slots are those that ``TwELLMatrix`` picks for
+    the dense product, and the result has the bits of :func:`matmul_pack` with them.
+    Besides the result it holds the provisional layout (4 bytes per slot) until it returns.
+    """
+    m, n = x.shape[0], w.shape[0]
+    nt = _layout.n_tiles(n, tile_width)
+    if m * nt == 0:
+        return _empty_parts(m, nt, 1, x.dtype), 1, 0
+    provisional = max(1, min(tile_width // _PROVISIONAL_SHARE,
+                             _layout.MAX_STORED_SLOTS // (m * nt)))
+    plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
+    parts = _empty_parts(m, nt, provisional, x.dtype, slot_fill=cupy.empty, overflow=False)
+    capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
+    bins = tile_width + 2  # count_histogram(totals, tile_width + 1)
+    while True:
+        # The histogram and the spill counter side by side: one read fetches both.
+        both = cupy.zeros(bins + 1, dtype=np.uint64)
+        _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
+                            plan.spill_start, capacity, spill_indices, spill_data,
+                            counter=both[bins:])
+        count_histogram(plan.totals, tile_width + 1, out=both[:bins])
+        host = both.get().view(np.int64)  # device-to-host sync: histogram and spill size
+        spilled = int(host[bins])
+        if spilled <= capacity:
+            break
+        capacity = spilled  # the same product spills exactly this much again
+        spill_indices, spill_data = _spill_buffers(capacity, x.dtype)
+    hist = host[:bins - 1]
+    if host[bins - 1]:
+        raise RuntimeError(f"internal error: {int(host[bins - 1])} per-tile totals outside "
+                           f"[0, {tile_width}]")
+    slots = _layout.auto_slots(hist, tile_width)
+    n_over = _layout.slot_overflow(hist, slots)
+    check_storage((m, n), tile_width, slots)
+    result = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
+    if n_over:
+        offset, row_starts = _overflow_offsets(plan.totals, slots)
+        result = _with_overflow(result, row_starts, n_over)
+    else:
+        offset, result = None, _no_overflow(result)
+    kernel = _kernels.function("ffn.cu", _expr("twell_reslot", x.dtype))
+    kernel(_blocks(m * nt, _BLOCK), (_BLOCK,), (
+        plan.totals, _i64(m * nt), _i64(nt), _i32(tile_width), _i32(provisional), parts.data,
+        parts.indices, plan.spill_start, spill_indices, spill_data, _i32(slots),
+        result.counts, result.data, result.indices, offset, result.overflow_indices,
+        result.overflow_data))
+    return result, slots, _layout.histogram_nnz(hist)
 
 
 def gated_up(parts, shape, tile_width, x, w_up):

@@ -13,7 +13,7 @@ activation, the packing kernel), as ``sparse_ffn`` does for its up and down proj
 import numpy as np
 
 from . import _backend, _layout
-from ._twell import TwELLMatrix, _checked_histogram, _matmul, _tile_counts_histogram
+from ._twell import TwELLMatrix, _matmul
 from ._validation import (
     accumulator_dtype,
     check_slots,
@@ -28,10 +28,6 @@ _ACTIVATE = {"relu": lambda xp, z: xp.maximum(z, 0)}
 
 #: Activations whose zeros make the output sparse.
 ACTIVATIONS = tuple(_ACTIVATE)
-
-#: Rows of the product that choose ``slots="auto"``: about this many, evenly spaced.
-_SAMPLE_ROWS = 1024
-
 
 def _array(x, name, xp):
     if not (isinstance(x, np.ndarray) or _backend.is_cupy_array(x)):
@@ -78,10 +74,10 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     tile_width : int
         As for :class:`TwELLMatrix`.
     slots : int or "auto"
-        As for :class:`TwELLMatrix`, except that ``"auto"`` looks at a sample of the
-        product: at most 1024 evenly spaced rows (every row when M <= 1024), so that the
-        fused GPU kernel never needs the whole product to choose. Entries past the slots go
-        to the overflow, so the result is exact whatever the choice.
+        As for :class:`TwELLMatrix`: ``"auto"`` is the slot count that
+        ``TwELLMatrix(activation(x @ w.T))`` picks, from the per-tile counts of the whole
+        product. Entries past the slots go to the overflow, so the result is exact whatever
+        the choice.
 
     Returns
     -------
@@ -103,8 +99,12 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     to memory (``cuda_src/ffn.cu``, mma.sync; for bfloat16 on a device of compute capability
     9.0, H100/H200, ``cuda_src/matmul_pack_sm90.cu``, wgmma fed by TMA, compiled with NVRTC
     at first use; both give the same bits). It synchronises with the host once, to size the
-    overflow; ``slots="auto"`` first runs the same kernel on the sampled rows in a
-    counting-only mode (no dense product; one more sync, for the histogram of their counts).
+    overflow. With ``slots="auto"`` the kernel packs at a provisional ``tile_width // 8``
+    slots (its entries past them spill), the histogram of its per-tile counts gives the
+    slots, the overflow size and the entry count in that one read, and a second kernel
+    (``twell_reslot``) moves every entry to its place; the provisional layout (4 bytes per
+    slot: half a byte per output, a quarter of the dense 16-bit product) lives until the call
+    returns.
     Besides the result it allocates a spill buffer of ``M * N / 64 + 4096``
     entries (6 bytes each) and 12 bytes per (row, tile) pair; a product whose overflow does
     not fit the spill buffer runs a second time with one of the right size. Every other case
@@ -135,54 +135,18 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     out = result_dtype(x.dtype, w.dtype)
     be = _backend.backend(xp)
     shape = (m, w.shape[0])
-    # Every _SAMPLE_ROWS-th row, at most about _SAMPLE_ROWS of them, chooses slots="auto".
-    step = max(1, -(-m // _SAMPLE_ROWS))
-    acc = accumulator_dtype(out)
-    nnz = None  # entries of the result, estimated from the slots="auto" sample
     if be.matmul_pack_supported(x, w, tile_width):
-        plan, overflow_likely = None, False
+        nnz = None  # known only when slots="auto" counted every pair
         if slots == "auto":
-            # The fused kernel's own counts of the sampled rows (totals only: no slots, no
-            # spill, no dense product): the zeros of exactly the values it will pack. The
-            # main call's slot-independent half is made while the GPU counts.
-            rows = xp.ascontiguousarray(x[::step])
-            counts = be.matmul_tile_counts(rows, w, tile_width)
-            hist = be.count_histogram(counts, tile_width + 1)
-            plan = be.matmul_plan(x, w, tile_width)
-            hist = _checked_histogram(hist, tile_width)
-            slots, nnz = _slots_and_nnz(hist, tile_width, counts.shape[0], m)
-            overflow_likely = _layout.slot_overflow(hist, slots) > 0
-        check_storage(shape, tile_width, slots)
-        parts = be.matmul_pack(x, w, tile_width, slots, plan=plan,
-                               overflow_likely=overflow_likely)
+            check_storage(shape, tile_width)
+            parts, slots, nnz = be.matmul_pack_auto(x, w, tile_width)
+        else:
+            check_storage(shape, tile_width, slots)
+            parts = be.matmul_pack(x, w, tile_width, slots)
         return TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
+    acc = accumulator_dtype(out)
     z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
-    if slots == "auto":
-        slots, nnz = _sample_slots(be, z[::step], tile_width, m)
-    result = TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
-    result._nnz_hint = nnz
-    return result
-
-
-def _sample_slots(be, sample, tile_width, m):
-    """``slots="auto"`` from the activated product's sampled rows (one host sync on a GPU),
-    and the product's entries estimated from the sample's (a hint for ``A @ B``)."""
-    sample = _backend.array_module(sample).ascontiguousarray(sample)  # the kernel reads rows
-    return _slots_from_counts(be.tile_counts_dense(sample, tile_width), tile_width, m)
-
-
-def _slots_from_counts(counts, tile_width, m):
-    """``slots="auto"`` from the per-(row, tile) counts of sampled rows of an M-row product
-    (one host sync on a GPU), and the product's entries estimated from the sample's."""
-    return _slots_and_nnz(_tile_counts_histogram(counts, tile_width), tile_width,
-                          counts.shape[0], m)
-
-
-def _slots_and_nnz(hist, tile_width, rows, m):
-    """``slots="auto"`` and the estimated entries of an M-row product from the histogram of
-    the per-(row, tile) counts of ``rows`` sampled rows."""
-    nnz = _layout.histogram_nnz(hist) * m // max(rows, 1)
-    return _layout.auto_slots(hist, tile_width), nnz
+    return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
 
 
 def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",

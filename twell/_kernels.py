@@ -127,7 +127,8 @@ INSTANCES = {
                   + [f"twell_find_nonfinite<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
                      for v in (1, vector_width(d))]),
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
-               + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")),
+               + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")
+               + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90"],
 }
 
