@@ -1,5 +1,7 @@
-"""A NumPy model of ``matmul_pack_sm90_regs.cu``'s ranks (no GPU): the per-lane masks, the
-quad's swap and the popcount sums, checked against each entry's rank by column in its tile.
+"""A NumPy model of the ranks of ``pack_accumulators`` (``cuda_src/wgmma.cuh``; written for the
+prototype ``matmul_pack_sm90_regs.cu``, in git at 14e2bb0, which shipped as it): the per-lane
+masks, the quad's swap and the popcount sums, checked against each entry's rank by column in
+its tile (no GPU).
 
 For one 256-column block of rows of random sparsity, every tile width the kernel takes
 (8 * 2**i up to 256) and columns cut short by N: lane q of a quad holds the row's columns
