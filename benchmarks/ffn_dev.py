@@ -4,6 +4,7 @@ One process, the same inputs for every contender, CUDA events after warm-up, med
 paper's up projection: x (M = 16384, D = 2048), w (H = 5632, D), bf16, sparsity set by the
 bias-column trick. Prints one line per contender with its TFLOP/s (2 M D H flops).
 Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/ffn_dev.py [--stages]
+[--once]
 """
 
 import argparse
@@ -25,6 +26,11 @@ p.add_argument("--sparsities", default="0.99,0.95,0.9")
 p.add_argument("--reps", type=int, default=20)
 p.add_argument("--stages", action="store_true",
                help="also time each step of matmul_to_twell's slots='auto' path")
+p.add_argument("--once", action="store_true",
+               help="only run matmul_to_twell once with slots='auto' and once with 13 slots at "
+                    "the first sparsity, then exit: a short process for a profiler, e.g. "
+                    "ncu --clock-control none -k regex:twell_matmul_pack -c 2 python3 "
+                    "benchmarks/ffn_dev.py --once")
 args = p.parse_args()
 timed = functools.partial(_dev.timed, reps=args.reps)
 flops = 2 * args.m * args.d * args.h
@@ -66,6 +72,16 @@ def contenders(w, smax):
         "gated FFN, twell.sparse_ffn auto": lambda: twell.sparse_ffn(x, w, wu, wd),
     }
 
+
+if args.once:
+    w = w0.copy()
+    w[:, 0] = -ndtri(float(args.sparsities.split(",")[0]))
+    w = w.astype(twell.bfloat16)
+    auto = twell.matmul_to_twell(x, w)
+    given = twell.matmul_to_twell(x, w, slots=13)
+    cupy.cuda.Device().synchronize()
+    print(f"auto: {auto.slots} slots, nnz {auto.nnz}; given: 13 slots, nnz {given.nnz}")
+    raise SystemExit(0)
 
 print(f"{'sparsity':>8} {'contender':<40} {'ms':>8} {'TFLOP/s':>8}")
 for s in map(float, args.sparsities.split(",")):
