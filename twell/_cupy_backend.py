@@ -886,11 +886,10 @@ def _matmul_operands(x, w, variant):
 
 
 class MatmulPlan(NamedTuple):
-    """The buffers and operands of one fused GEMM -> TwELL call that do not depend on the
-    slots (:func:`matmul_plan`)."""
+    """The kernel variant and buffers of one fused GEMM -> TwELL call that do not depend on
+    the slots (:func:`matmul_plan`)."""
 
     variant: str  # "sm90" or "mma"
-    tile_width: int
     totals: object  # int32 (M, n_tiles): every pair's entries, slots or not
     spill_start: object  # int64 (M, n_tiles): where a pair's entries past the slots went
     spill_capacity: int
@@ -899,8 +898,8 @@ class MatmulPlan(NamedTuple):
 
 
 def matmul_plan(x, w, tile_width, spill_capacity=None, variant=None):
-    """The slot-independent buffers and operands of a fused call on ``x``, ``w`` at
-    ``tile_width``: totals, spill starts, the spill buffer, the kernel and its tensor maps.
+    """The slot-independent buffers of a fused call on ``x``, ``w`` at ``tile_width``: the
+    kernel variant, totals, spill starts and the spill buffer.
 
     The operands pass :func:`matmul_pack_supported`; ``spill_capacity`` and ``variant`` as
     for :func:`matmul_pack`. No host synchronisation.
@@ -912,9 +911,7 @@ def matmul_plan(x, w, tile_width, spill_capacity=None, variant=None):
         spill_capacity = m * w.shape[0] // _SPILL_SHARE + _SPILL_FLOOR
     if spill_capacity < 1:
         raise ValueError(f"spill_capacity must be at least 1; got {spill_capacity}")
-    if m * nt:
-        _matmul_operands(x, w, variant)  # tensor maps and kernel now, kept for the launch
-    return MatmulPlan(variant, tile_width, cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE),
+    return MatmulPlan(variant, cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE),
                       cupy.empty((m, nt), dtype=np.int64), spill_capacity,
                       *_spill_buffers(spill_capacity, x.dtype))
 
@@ -923,6 +920,21 @@ def _spill_buffers(capacity, dtype):
     """Column indices and values of ``capacity`` spilled entries (uninitialised)."""
     return (cupy.empty(capacity, dtype=_layout.OVERFLOW_INDEX_DTYPE),
             cupy.empty(capacity, dtype=dtype))
+
+
+def _until_spill_fits(plan, dtype, launch_and_read):
+    """Runs ``launch_and_read(capacity, spill_indices, spill_data)``, one fused launch and
+    its one read-back returning ``(spilled, value)``, until the spill buffer held every
+    spilled entry; returns ``(value, spill_indices, spill_data)`` of that run. A rerun gets
+    a buffer of exactly the size counted: the same product spills exactly that much again,
+    so nothing is dropped."""
+    capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
+    while True:
+        spilled, value = launch_and_read(capacity, spill_indices, spill_data)
+        if spilled <= capacity:
+            return value, spill_indices, spill_data
+        capacity = spilled
+        spill_indices, spill_data = _spill_buffers(capacity, dtype)
 
 
 def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
@@ -961,16 +973,16 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
     if m * nt == 0:
         return _no_overflow(parts)
-    capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
-    while True:
+
+    def launch_and_read(capacity, spill_indices, spill_data):
         counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                                       plan.spill_start, capacity, spill_indices, spill_data)
         no_overflow = _no_overflow(parts)  # made while the kernel runs
         n_over = _overflow_size(counter)
-        if n_over <= capacity:
-            break
-        capacity = n_over  # the same product spills exactly this much again
-        spill_indices, spill_data = _spill_buffers(capacity, x.dtype)
+        return n_over, (n_over, no_overflow)
+
+    (n_over, no_overflow), spill_indices, spill_data = _until_spill_fits(
+        plan, x.dtype, launch_and_read)
     if n_over == 0:
         return no_overflow
     offset, row_starts = _overflow_offsets(plan.totals, slots)
@@ -1010,9 +1022,9 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
                              _layout.MAX_STORED_SLOTS // (m * nt)))
     plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
     parts = _empty_parts(m, nt, provisional, x.dtype, slot_fill=cupy.empty, overflow=False)
-    capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
     bins = tile_width + 2  # count_histogram(totals, tile_width + 1)
-    while True:
+
+    def launch_and_read(capacity, spill_indices, spill_data):
         # The histogram and the spill counter side by side: one read fetches both.
         both = cupy.zeros(bins + 1, dtype=np.uint64)
         _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
@@ -1020,15 +1032,10 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
                             counter=both[bins:])
         count_histogram(plan.totals, tile_width + 1, out=both[:bins])
         host = both.get().view(np.int64)  # device-to-host sync: histogram and spill size
-        spilled = int(host[bins])
-        if spilled <= capacity:
-            break
-        capacity = spilled  # the same product spills exactly this much again
-        spill_indices, spill_data = _spill_buffers(capacity, x.dtype)
-    hist = host[:bins - 1]
-    if host[bins - 1]:
-        raise RuntimeError(f"internal error: {int(host[bins - 1])} per-tile totals outside "
-                           f"[0, {tile_width}]")
+        return int(host[bins]), host[:bins]
+
+    hist, spill_indices, spill_data = _until_spill_fits(plan, x.dtype, launch_and_read)
+    hist = _layout.checked_histogram(hist, tile_width)
     slots = _layout.auto_slots(hist, tile_width)
     n_over = _layout.slot_overflow(hist, slots)
     check_storage((m, n), tile_width, slots)

@@ -123,6 +123,17 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     return int(min(max(ok[0], 1), tile_width))
 
 
+def checked_histogram(hist, tile_width):
+    """A host copy of ``count_histogram(counts, tile_width + 1)`` without its last bin, the
+    counts outside ``[0, tile_width]``, which must be empty: a per-tile count never exceeds
+    its tile's width, and a broken invariant is an error rather than a silently clipped
+    histogram."""
+    if hist[-1]:
+        raise RuntimeError(f"internal error: {int(hist[-1])} per-tile counts outside "
+                           f"[0, {tile_width}]")
+    return hist[:-1]
+
+
 def histogram_nnz(tile_counts_histogram):
     """Non-zeros counted by a histogram of per-tile counts: ``sum_c hist[c] * c``."""
     hist = np.asarray(tile_counts_histogram, dtype=np.int64)

@@ -829,17 +829,8 @@ def _tile_counts_histogram(tile_counts, tile_width):
     On the GPU: one kernel and one small device-to-host copy, the only synchronisation.
     """
     be = _backend_of(_backend.array_module(tile_counts))
-    return _checked_histogram(be.count_histogram(tile_counts, tile_width + 1), tile_width)
-
-
-def _checked_histogram(hist, tile_width):
-    """The host copy of ``count_histogram(counts, tile_width + 1)`` without its last bin,
-    which must be empty (on the GPU, the copy is the synchronisation)."""
-    hist = _backend.to_numpy(hist)
-    if hist[-1]:
-        raise RuntimeError(f"internal error: {int(hist[-1])} per-tile counts outside "
-                           f"[0, {tile_width}]")
-    return hist[:-1]
+    hist = be.count_histogram(tile_counts, tile_width + 1)
+    return _layout.checked_histogram(_backend.to_numpy(hist), tile_width)  # GPU: the sync
 
 
 def _sparse_type(xp, fmt, dtype):
