@@ -1,10 +1,11 @@
 """Fused GEMM -> TwELL development bench: twell_matmul_pack against its composed parts.
 
 One process, the same inputs for every contender, CUDA events after warm-up, median. The
-paper's up projection: x (M = 16384, D = 2048), w (H = 5632, D), bf16, sparsity set by the
-bias-column trick. Prints one line per contender with its TFLOP/s (2 M D H flops).
+paper's up projection: x (M = 16384, D = 2048), w (H = 5632, D), bf16 (``--dtype float16``
+for fp16), sparsity set by the bias-column trick. Prints one line per contender with its
+TFLOP/s (2 M D H flops).
 Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/ffn_dev.py [--stages]
-[--once]
+[--once] [--dtype float16]
 """
 
 import argparse
@@ -24,6 +25,7 @@ p.add_argument("--d", type=int, default=2048)
 p.add_argument("--h", type=int, default=5632)
 p.add_argument("--sparsities", default="0.99,0.95,0.9")
 p.add_argument("--reps", type=int, default=20)
+p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
 p.add_argument("--stages", action="store_true",
                help="also time each step of matmul_to_twell's slots='auto' path")
 p.add_argument("--once", action="store_true",
@@ -32,20 +34,21 @@ p.add_argument("--once", action="store_true",
                     "ncu --clock-control none -k regex:twell_matmul_pack -c 2 python3 "
                     "benchmarks/ffn_dev.py --once")
 args = p.parse_args()
+dtype = twell.bfloat16 if args.dtype == "bfloat16" else np.float16
 timed = functools.partial(_dev.timed, reps=args.reps)
 flops = 2 * args.m * args.d * args.h
 
 rng = np.random.default_rng(0)
 x = cupy.asarray(rng.standard_normal((args.m, args.d), dtype=np.float32))
 x[:, 0] = 1.0
-x = x.astype(twell.bfloat16)
+x = x.astype(dtype)
 w0 = cupy.asarray(rng.standard_normal((args.h, args.d), dtype=np.float32)) / np.sqrt(args.d)
 wu = (cupy.asarray(rng.standard_normal((args.h, args.d), dtype=np.float32))
-      / np.sqrt(args.d)).astype(twell.bfloat16)
+      / np.sqrt(args.d)).astype(dtype)
 wd = (cupy.asarray(rng.standard_normal((args.d, args.h), dtype=np.float32))
-      / np.sqrt(args.h)).astype(twell.bfloat16)
+      / np.sqrt(args.h)).astype(dtype)
 card = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-print(f"M={args.m} D={args.d} H={args.h} bf16, {card}")
+print(f"M={args.m} D={args.d} H={args.h} {args.dtype}, {card}")
 
 
 def contenders(w, smax):
@@ -76,7 +79,7 @@ def contenders(w, smax):
 if args.once:
     w = w0.copy()
     w[:, 0] = -ndtri(float(args.sparsities.split(",")[0]))
-    w = w.astype(twell.bfloat16)
+    w = w.astype(dtype)
     auto = twell.matmul_to_twell(x, w)
     given = twell.matmul_to_twell(x, w, slots=13)
     cupy.cuda.Device().synchronize()
@@ -87,7 +90,7 @@ print(f"{'sparsity':>8} {'contender':<40} {'ms':>8} {'TFLOP/s':>8}")
 for s in map(float, args.sparsities.split(",")):
     w = w0.copy()
     w[:, 0] = -ndtri(s)
-    w = w.astype(twell.bfloat16)
+    w = w.astype(dtype)
     ref = twell.TwELLMatrix(cupy.maximum(x @ w.T, 0))
     smax = int(ref.tile_nnz().max())
     fused = twell.matmul_to_twell(x, w, slots=smax)
@@ -120,7 +123,7 @@ def auto_stages(w):
 if args.stages:
     w = w0.copy()
     w[:, 0] = -ndtri(0.99)
-    w = w.astype(twell.bfloat16)
+    w = w.astype(dtype)
     slots, stages = auto_stages(w)
     print(f"# slots='auto' at 99%: S={slots}")
     for name, fn in stages.items():

@@ -62,13 +62,16 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
 //   launcher, holds sum over pairs of max(total - S, 0) afterwards. With spill_capacity 0
 //   nothing spills (spill_start and *spill_used stay untouched): entries past the slots are
 //   only counted in totals.
+//   zero_fill 0 leaves the slots past each pair's count unwritten: for a caller that reads
+//   only the first counts[pair] slots (twell_reslot, after the slots="auto" launch), it saves
+//   the writes of every empty slot (most of them at a provisional S of tile_width / 8).
 // Grid: ceil(M / 128) * ceil(N / 256) blocks of 256 threads, column blocks varying fastest
 // (the blocks running together share x's rows; w stays in L2); dynamic shared memory
 // kStages * (kAStage + kBStage) * sizeof(T) bytes.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
 twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_rows,
-                  long long n_cols, long long depth, int tile_width, int slots,
+                  long long n_cols, long long depth, int tile_width, int slots, int zero_fill,
                   int* __restrict__ totals, int* __restrict__ counts, T* __restrict__ data,
                   unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
                   int* __restrict__ spill_indices, T* __restrict__ spill_data,
@@ -154,7 +157,8 @@ twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_
 
   pack_staged_block<T, kBM, kBN, kPitch, kThreads / kWarp>(
       stage, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data, indices,
-      spill_start, spill_indices, spill_data, spill_capacity, spill_used, warp, lane);
+      spill_start, spill_indices, spill_data, spill_capacity, spill_used, warp, lane,
+      zero_fill != 0);
 }
 
 // Spilled runs -> overflow: pair p's max(totals[p] - S, 0) entries move from spill_start[p] to

@@ -105,7 +105,7 @@ __device__ __forceinline__ void pack_staged_block(
     T* __restrict__ data, unsigned short* __restrict__ indices,
     long long* __restrict__ spill_start, int* __restrict__ spill_indices,
     T* __restrict__ spill_data, long long spill_capacity,
-    unsigned long long* __restrict__ spill_used, int warp, int lane) {
+    unsigned long long* __restrict__ spill_used, int warp, int lane, bool zero_fill = true) {
   constexpr int kVec = 8;  // 16-bit values per 16-byte chunk: a warp covers 256 columns
   static_assert(kCols == kWarp * kVec, "one 16-byte chunk per lane covers the block's columns");
   const long long tiles = n_tiles(n_cols, tile_width);
@@ -163,7 +163,7 @@ __device__ __forceinline__ void pack_staged_block(
           indices[pair * slots + rank] = static_cast<unsigned short>(j0 + i);
         }
         const int used = min(total, slots);
-        for (int s = used + lane_in_tile; s < slots; s += lanes_per_tile) {
+        for (int s = used + lane_in_tile; zero_fill && s < slots; s += lanes_per_tile) {
           data[pair * slots + s] = Value<T>::zero();
           indices[pair * slots + s] = 0;
         }

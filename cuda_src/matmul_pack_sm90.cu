@@ -1,9 +1,9 @@
-// matmul_pack_sm90.cu: twell_matmul_pack_sm90, the Hopper twell_matmul_pack (bf16, sm_90a
-// only: wgmma and TMA). Same results as twell_matmul_pack<__nv_bfloat16> (ffn.cu):
+// matmul_pack_sm90.cu: twell_matmul_pack_sm90_bf16 and _f16, the Hopper twell_matmul_pack
+// (sm_90a only: wgmma and TMA). Same results as twell_matmul_pack<T> (ffn.cu):
 // relu(x @ w^T) packed into TwELL, the dense product never written to global memory; the
 // packing works on the accumulators in registers (pack_accumulators, wgmma.cuh) instead of a
 // staged tile (pack_staged_block, as ffn.cu). Both kernels add the k steps of 16 in the same
-// order in fp32 and round relu(acc) once to bf16; the tests hold them to the same bits.
+// order in fp32 and round relu(acc) once to T; the tests hold them to the same bits.
 // The loader (twell/_kernels.py) compiles this file with NVRTC for -arch=sm_90a, and only on a
 // device of compute capability 9.0; CI compiles it with nvcc for sm_90a.
 //
@@ -18,6 +18,8 @@
 //     completed by the TMA) and `empty` (one arrival per consumer warp once the wgmma that
 //     read the stage has completed). No block-wide barrier in the k loop.
 // Then each consumer thread packs its two rows' relu(acc) (pack_accumulators).
+// fp16 took the mma.sync kernel before: 1.36 ms at the paper's up projection against 0.73
+// for bf16 here (H200, benchmarks/NOTES.md).
 // Why TMA: the earlier form (cp.async by all 256 threads, 12 copies each per k tile and a
 // block-wide barrier per k tile) took 0.852 ms alone against 0.730 for this design (H200,
 // M = 16384, K = 2048, N = 5632, S = 13; benchmarks/NOTES.md). Its GEMM alone takes 0.472 ms,
@@ -44,25 +46,22 @@ constexpr int kStageBytes = (kAStage + kBStage) * 2;    // 48 KB: what one stage
 }  // namespace
 
 // relu(x @ w^T) -> TwELL slots, counts, totals and the spill: twell_matmul_pack's contract
-// (ffn.cu), for bf16, with x and w read through their tensor maps (x: (M, K) boxes of 64 x 128;
-// w: (N, K) boxes of 64 x 256; both 128-byte swizzle, zero fill). Grid: ceil(M / 128) *
-// ceil(N / 256) blocks of 288 threads, column blocks varying fastest; dynamic shared memory
-// kStages * kStageBytes + 2 * kStages * 8 (the mbarriers) + 1024 (alignment slack) bytes.
-extern "C" __global__ void __launch_bounds__(kSm90Threads, 1)
-twell_matmul_pack_sm90(const __grid_constant__ TensorMap tmap_x,
-                       const __grid_constant__ TensorMap tmap_w, long long n_rows,
-                       long long n_cols, long long depth, int tile_width, int slots,
-                       int* __restrict__ totals, int* __restrict__ counts,
-                       __nv_bfloat16* __restrict__ data, unsigned short* __restrict__ indices,
-                       long long* __restrict__ spill_start, int* __restrict__ spill_indices,
-                       __nv_bfloat16* __restrict__ spill_data, long long spill_capacity,
-                       unsigned long long* __restrict__ spill_used) {
+// (ffn.cu), for T = bf16 or fp16, with x and w read through their tensor maps (x: (M, K)
+// boxes of 64 x 128; w: (N, K) boxes of 64 x 256; both 128-byte swizzle, zero fill).
+template <typename T>
+__device__ __forceinline__ void matmul_pack_sm90(
+    const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
+    long long depth, int tile_width, int slots, int zero_fill, int* __restrict__ totals,
+    int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
+    long long* __restrict__ spill_start, int* __restrict__ spill_indices,
+    T* __restrict__ spill_data, long long spill_capacity,
+    unsigned long long* __restrict__ spill_used) {
   const int tid = threadIdx.x, warp_id = tid / kWarp, lane = tid % kWarp;
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
   const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
   const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
-  __nv_bfloat16* const smem = aligned_smem();
+  T* const smem = aligned_smem<T>();
   const unsigned stages = smem_address(smem);
   const StageBarriers<kStages> bars{stages + kStages * kStageBytes};
 
@@ -97,7 +96,28 @@ twell_matmul_pack_sm90(const __grid_constant__ TensorMap tmap_x,
   // packing's words. The producer warp is done.
   __syncthreads();
   if (warp_id < kConsumerWarps)
-    pack_accumulators(d, smem, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data,
-                      indices, spill_start, spill_indices, spill_data, spill_capacity,
-                      spill_used, tid / 128, tid % 128 / kWarp, lane);
+    pack_accumulators(d, smem, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill != 0,
+                      totals, counts, data, indices, spill_start, spill_indices, spill_data,
+                      spill_capacity, spill_used, tid / 128, tid % 128 / kWarp, lane);
 }
+
+// The kernels, one per dtype (NVRTC builds this file without name expressions). Grid:
+// ceil(M / 128) * ceil(N / 256) blocks of 288 threads, column blocks varying fastest; dynamic
+// shared memory kStages * kStageBytes + 2 * kStages * 8 (the mbarriers) + 1024 (alignment
+// slack) bytes. The tensor maps come by value as __grid_constant__ parameters.
+#define TWELL_MATMUL_PACK_SM90(name, T)                                                      \
+  extern "C" __global__ void __launch_bounds__(kSm90Threads, 1) name(                       \
+      const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,   \
+      long long n_rows, long long n_cols, long long depth, int tile_width, int slots,       \
+      int zero_fill, int* __restrict__ totals, int* __restrict__ counts,                    \
+      T* __restrict__ data, unsigned short* __restrict__ indices,                           \
+      long long* __restrict__ spill_start, int* __restrict__ spill_indices,                 \
+      T* __restrict__ spill_data, long long spill_capacity,                                 \
+      unsigned long long* __restrict__ spill_used) {                                        \
+    matmul_pack_sm90<T>(tmap_x, tmap_w, n_rows, n_cols, depth, tile_width, slots, zero_fill, \
+                        totals, counts, data, indices, spill_start, spill_indices,          \
+                        spill_data, spill_capacity, spill_used);                            \
+  }
+
+TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_bf16, __nv_bfloat16)
+TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_f16, __half)

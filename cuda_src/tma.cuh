@@ -50,8 +50,8 @@ struct StageBarriers {
 // wgmma, and once the previous tile's wgmma has completed, release that stage
 // (release_empty(its empty barrier), called by every lane: the caller picks the arriving
 // lanes and barriers). Returns with d complete.
-template <int kStages, typename WaitFull, typename ReleaseEmpty>
-__device__ __forceinline__ void consume_k_tiles(float (&d)[128], const __nv_bfloat16* smem,
+template <int kStages, typename T, typename WaitFull, typename ReleaseEmpty>
+__device__ __forceinline__ void consume_k_tiles(float (&d)[128], const T* smem,
                                                 const StageBarriers<kStages>& bars, int k_tiles,
                                                 int wg, WaitFull wait_full,
                                                 ReleaseEmpty release_empty) {
@@ -61,8 +61,8 @@ __device__ __forceinline__ void consume_k_tiles(float (&d)[128], const __nv_bflo
     const int s = kt % kStages;
     wait_full(bars.full(s), (kt / kStages) & 1);
     __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
-    const __nv_bfloat16* const a_s = smem + s * (gemm::kAStage + gemm::kBStage);
-    const __nv_bfloat16* const b_s = a_s + gemm::kAStage;
+    const T* const a_s = smem + s * (gemm::kAStage + gemm::kBStage);
+    const T* const b_s = a_s + gemm::kAStage;
     wgmma_stage(d, a_s, b_s, wg);
     if (kt > 0) release_empty(bars.empty((kt - 1) % kStages));
   }

@@ -1,8 +1,8 @@
 // wgmma.cuh: the pieces of the Hopper (sm_90a) fused GEMM -> TwELL kernels: the wgmma
-// m64n256k16 bf16 instruction with fp32 accumulators, the shared-memory matrix descriptor of
-// a K-major 128-byte-swizzled operand, the 1024-byte aligned dynamic shared memory, and the
-// epilogue that packs relu(acc) into TwELL from the accumulators (pack_accumulators). Only
-// sm_90a compiles it.
+// m64n256k16 instruction (bf16 or fp16 operands) with fp32 accumulators, the shared-memory
+// matrix descriptor of a K-major 128-byte-swizzled operand, the 1024-byte aligned dynamic
+// shared memory, and the epilogue that packs relu(acc) into TwELL from the accumulators
+// (pack_accumulators). Only sm_90a compiles it.
 #pragma once
 
 #include "twell_layout.cuh"
@@ -19,34 +19,49 @@ __device__ __forceinline__ unsigned long long descriptor(const void* tile) {
   return start | (lead << 16) | (stride << 32) | (1ull << 62);
 }
 
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long a,
-                                                 unsigned long long b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred accumulate;\n"
-      "setp.ne.b32 accumulate, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, accumulate, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+// d += a * b, one wgmma.m64n256k16 with fp32 accumulators (a, b: descriptors) of 16-bit
+// operands of type T: Wgmma<T>::m64n256k16. TYPE is the instruction's operand type.
+#define TWELL_WGMMA_M64N256K16(TYPE) \
+  asm volatile( \
+      "{\n" \
+      ".reg .pred accumulate;\n" \
+      "setp.ne.b32 accumulate, %130, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, accumulate, 1, 1, 0, 0;\n" \
+      "}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
       : "l"(a), "l"(b), "r"(1));
-}
 
+template <typename T> struct Wgmma;
+
+template <> struct Wgmma<__nv_bfloat16> {
+  __device__ static void m64n256k16(float (&d)[128], unsigned long long a, unsigned long long b) {
+    TWELL_WGMMA_M64N256K16("bf16");
+  }
+};
+
+template <> struct Wgmma<__half> {
+  __device__ static void m64n256k16(float (&d)[128], unsigned long long a, unsigned long long b) {
+    TWELL_WGMMA_M64N256K16("f16");
+  }
+};
+
+#undef TWELL_WGMMA_M64N256K16
 
 // Pins the accumulators in their registers around asynchronous wgmma (no instruction).
 __device__ __forceinline__ void fence_operands(float (&d)[128]) {
@@ -57,9 +72,10 @@ __device__ __forceinline__ void fence_operands(float (&d)[128]) {
 // The dynamic shared memory, aligned by hand to 1024 bytes (the 128-byte swizzle needs it; the
 // launcher allocates 1024 bytes of slack). Declared with 16-byte alignment only: with
 // __align__(1024) the compiler takes the alignment as given and drops the adjustment.
-__device__ __forceinline__ __nv_bfloat16* aligned_smem() {
+template <typename T>
+__device__ __forceinline__ T* aligned_smem() {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  return reinterpret_cast<__nv_bfloat16*>(
+  return reinterpret_cast<T*>(
       smem_raw + ((1024 - (smem_address(smem_raw) & 1023u)) & 1023u));
 }
 
@@ -69,19 +85,28 @@ __device__ __forceinline__ __nv_bfloat16* aligned_smem() {
 // 4 wgmma k steps (k step kk is 32 bytes into every 128-byte row: the descriptor start
 // advances by 2 units of 16 bytes), committed as one group; returns once at most this group
 // is pending, i.e. the previous stage's wgmma has completed (its stage may be refilled).
-__device__ __forceinline__ void wgmma_stage(float (&d)[128], const __nv_bfloat16* a_s,
-                                            const __nv_bfloat16* b_s, int wg) {
+template <typename T>
+__device__ __forceinline__ void wgmma_stage(float (&d)[128], const T* a_s, const T* b_s, int wg) {
   fence_operands(d);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < gemm::kBK / 16; ++kk) {
     const unsigned long long a = descriptor(a_s + wg * 64 * gemm::kBK) + 2 * kk;
     const unsigned long long b = descriptor(b_s) + 2 * kk;
-    wgmma_m64n256k16(d, a, b);
+    Wgmma<T>::m64n256k16(d, a, b);
   }
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
   fence_operands(d);
+}
+
+// The 16-bit value whose bits are b.
+template <typename T> __device__ T from_bits(unsigned short b);
+template <> __device__ __forceinline__ __nv_bfloat16 from_bits(unsigned short b) {
+  return __ushort_as_bfloat16(b);
+}
+template <> __device__ __forceinline__ __half from_bits(unsigned short b) {
+  return __ushort_as_half(b);
 }
 
 // Bits [first, first + count) of a 64-bit mask (first, count in 0..64).
@@ -104,16 +129,18 @@ __device__ __forceinline__ unsigned long long shfl_mask(unsigned long long mask,
 // Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): lane l of warp `warp` of
 // warpgroup wg holds in d[4 j + 2 h + b] row 64 wg + 16 warp + l / 4 + 8 h, column
 // 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
-// Each lane rounds relu(acc) to bf16 words of two columns and builds a 64-bit mask of its
-// non-zeros per row (bit 2 j + b; columns past N cleared); the quad swaps the masks, and every
-// rank is a sum of popcounts: the quad's entries in the tile's chunks before j, those of
-// lower lanes in chunk j, plus b. A tile is whole chunks (tile_width is 8 times a power of
-// two up to 256), so it is one contiguous bit range of every mask
-// (benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py checks this arithmetic).
+// Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
+// mask of its non-zeros per row (bit 2 j + b; columns past N cleared); the quad swaps the
+// masks, and every rank is a sum of popcounts: the quad's entries in the tile's chunks
+// before j, those of lower lanes in chunk j, plus b. A tile is whole chunks (tile_width is 8
+// times a power of two up to 256), so it is one contiguous bit range of every mask
+// (benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py checks this arithmetic). The
+// non-zero test (bits & 0x7fff) is the same for bf16 and fp16: relu leaves no negative
+// value, and -0 is a zero.
 // Per (row, tile) one lane of the quad writes count and total and reserves the spill; the
-// quad zero-fills the slots past the count. Per entry (a loop over the set bits: ~0.6 a row
-// at 99%) its owner writes slot `rank`, or its place in the spill (read back after a
-// __syncwarp: rare).
+// quad zero-fills the slots past the count (unless !zero_fill: see twell_matmul_pack). Per
+// entry (a loop over the set bits: ~0.6 a row at 99%) its owner writes slot `rank`, or its
+// place in the spill (read back after a __syncwarp: rare).
 //
 // The words wait for their entries in `words` (64 KB of free shared memory: every wgmma of
 // the block is done with it), word group c (4 words: h = c / 8, j = 4 (c % 8) + e) of
@@ -124,12 +151,13 @@ __device__ __forceinline__ unsigned long long shfl_mask(unsigned long long mask,
 // projection (H200) that epilogue cost 0.17 ms of the kernel's 0.64; this one 0.136 (the
 // kernel 0.609 ms), of which rounding and masks 0.065, counts, totals and zero fill 0.041,
 // the entries 0.030 (benchmarks/NOTES.md, sixteenth session).
+template <typename T>
 __device__ __forceinline__ void pack_accumulators(
     const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
-    long long n_cols, int tile_width, int slots, int* __restrict__ totals,
-    int* __restrict__ counts, __nv_bfloat16* __restrict__ data,
-    unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
-    int* __restrict__ spill_indices, __nv_bfloat16* __restrict__ spill_data,
+    long long n_cols, int tile_width, int slots, bool zero_fill, int* __restrict__ totals,
+    int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
+    long long* __restrict__ spill_start, int* __restrict__ spill_indices,
+    T* __restrict__ spill_data,
     long long spill_capacity, unsigned long long* __restrict__ spill_used, int wg, int warp,
     int lane) {
   using gemm::kBN;
@@ -157,8 +185,8 @@ __device__ __forceinline__ void pack_accumulators(
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 4 * (c & 7) + e;
-      const unsigned two = Mma<__nv_bfloat16>::pack2(gemm::relu(d[4 * j + 2 * h]),
-                                                     gemm::relu(d[4 * j + 2 * h + 1]));
+      const unsigned two = Mma<T>::pack2(gemm::relu(d[4 * j + 2 * h]),
+                                         gemm::relu(d[4 * j + 2 * h + 1]));
       four[e] = two;
       const unsigned bits = static_cast<unsigned>((two & 0x7fffu) != 0u) |
                             static_cast<unsigned>((two & 0x7fff0000u) != 0u) << 1;
@@ -201,8 +229,8 @@ __device__ __forceinline__ void pack_accumulators(
           spill_start[pair] = fits ? static_cast<long long>(start) : -1;
         }
       }
-      for (int s = used + q; s < slots; s += 4) {
-        data[pair * slots + s] = Value<__nv_bfloat16>::zero();
+      for (int s = used + q; zero_fill && s < slots; s += 4) {
+        data[pair * slots + s] = Value<T>::zero();
         indices[pair * slots + s] = 0;
       }
     }
@@ -226,8 +254,7 @@ __device__ __forceinline__ void pack_accumulators(
       // This thread's own word, stored above.
       const unsigned two =
           reinterpret_cast<const unsigned*>(groups + (8 * h + (j >> 2)) * kConsumers)[j & 3];
-      const __nv_bfloat16 value =
-          __ushort_as_bfloat16(static_cast<unsigned short>(two >> (16 * b)));
+      const T value = from_bits<T>(static_cast<unsigned short>(two >> (16 * b)));
       const long long pair = row * tiles + tile;
       const int in_tile = 8 * j + 2 * q + b - t * tile_width;
       if (r < slots) {

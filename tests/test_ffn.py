@@ -191,7 +191,7 @@ def _hopper(gpu):
     from twell import _kernels
 
     if not _kernels.arch_supported("matmul_pack_sm90.cu"):
-        pytest.skip("twell_matmul_pack_sm90 needs a device of compute capability 9.0")
+        pytest.skip("twell_matmul_pack_sm90_* need a device of compute capability 9.0")
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -201,19 +201,25 @@ def _hopper(gpu):
     (64, 2.3),    # ~1%: fewer
     (256, 2.3),
 ])
-def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, dtype, tile_width,
-                                                               bias):
-    # slots="auto" on the fused path: one launch at tile_width // 8 provisional slots, then
-    # twell_reslot to the slots picked from the histogram of all the totals. The slots are
-    # auto_slots of the product's own per-tile counts (counted on the host from the dense
-    # result), the entry count is exact, and the result has the bits of the plain fused call
-    # with those slots given, also when the spill buffer was too small and the kernel reran.
+def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, monkeypatch, dtype,
+                                                               tile_width, bias):
+    # slots="auto" on the fused path: one launch at tile_width // 8 provisional slots (their
+    # empty slots left unwritten), then twell_reslot to the slots picked from the histogram
+    # of all the totals. The slots are auto_slots of the product's own per-tile counts
+    # (counted on the host from the dense result), the entry count is exact, and the result
+    # has the bits of the plain fused call with those slots given, also when the spill
+    # buffer was too small: then one more launch, straight at the chosen slots.
     from twell import _cupy_backend, _layout
 
     x, w = _fused(gpu, rng, dtype, bias=bias)
     shape = (x.shape[0], w.shape[0])
+    launch, launched = _cupy_backend._launch_matmul_pack, []
+    monkeypatch.setattr(_cupy_backend, "_launch_matmul_pack",
+                        lambda *a, **k: launched.append(a[4]) or launch(*a, **k))  # slots
+    provisional = tile_width // 8
     for capacity in (None, 1):
         gpu.poison()
+        launched.clear()
         parts, slots, nnz = _cupy_backend.matmul_pack_auto(x, w, tile_width,
                                                            spill_capacity=capacity)
         got = twell.TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
@@ -223,6 +229,9 @@ def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, dtype, t
         assert slots == _layout.auto_slots(hist, tile_width)
         assert nnz == got.nnz == counts.sum() > 0
         assert got.overflow_nnz == _layout.slot_overflow(hist, slots)
+        spilled = int(np.maximum(counts - provisional, 0).sum())
+        rerun = spilled > (capacity or _cupy_backend.matmul_plan(x, w, 8).spill_capacity)
+        assert launched == [provisional] + [slots] * rerun
         want = _cupy_backend.matmul_pack(x, w, tile_width, slots)
         assert_same_bits(got, twell.TwELLMatrix._from_parts(want, shape, tile_width),
                          f"auto (spill capacity {capacity}) vs slots={slots} given")
@@ -242,14 +251,16 @@ def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, dtype, t
     ((200, 128, 1000), 32, 4),
     ((129, 64, 390), 128, 6),
 ], ids=str)
-def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_width, slots):
-    # The wgmma kernel (H100/H200, bf16) against the mma.sync one: the same slots, counts,
+@pytest.mark.parametrize("dtype", HALF)
+def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_width, slots,
+                                                       dtype):
+    # The wgmma kernel (H100/H200) against the mma.sync one: the same slots, counts,
     # indices and overflow, bit for bit (the same k order in fp32, one rounding), and both
     # also against the spill rerun path.
     from twell import _cupy_backend
 
     _hopper(gpu)
-    x, w = _fused(gpu, rng, BF16, shape=shape)
+    x, w = _fused(gpu, rng, dtype, shape=shape)
     full = (shape[0], shape[2])
     got = {}
     for variant in ("mma", "sm90"):
@@ -265,10 +276,10 @@ def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_widt
                      "sm90 with a spill rerun vs mma.sync")
 
 
-@pytest.mark.parametrize("dtype, kernel", [(BF16, "twell_matmul_pack_sm90"),
-                                           (F16, "twell_matmul_pack<__half>")],
+@pytest.mark.parametrize("dtype, kernel", [(BF16, "twell_matmul_pack_sm90_bf16"),
+                                           (F16, "twell_matmul_pack_sm90_f16")],
                          ids=["bf16", "f16"])
-def test_hopper_runs_the_sm90_kernel_for_bfloat16(gpu, rng, monkeypatch, dtype, kernel):
+def test_hopper_runs_the_sm90_kernel_of_the_dtype(gpu, rng, monkeypatch, dtype, kernel):
     from twell import _kernels
 
     _hopper(gpu)
@@ -286,12 +297,9 @@ def test_hopper_runs_the_sm90_kernel_for_bfloat16(gpu, rng, monkeypatch, dtype, 
     assert {e for e in asked if e.startswith("twell_matmul_pack")} == {kernel}
 
 
-def test_sm90_variant_refuses_float16_and_empty_depth(gpu, rng):
+def test_sm90_variant_refuses_empty_depth(gpu, rng):
     from twell import _cupy_backend
 
-    x, w = _fused(gpu, rng, F16)
-    with pytest.raises(ValueError, match="the sm90 kernel takes bfloat16, K > 0 .* got float16"):
-        _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")
     x, w = gpu.xp.zeros((4, 0), dtype=BF16), gpu.xp.zeros((8, 0), dtype=BF16)
     with pytest.raises(ValueError, match=r"x.shape=\(4, 0\)"):
         _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")

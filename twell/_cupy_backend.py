@@ -821,7 +821,7 @@ def _spmm_mma(parts, shape, tile_width, b, gate, out, mma_shape):
 
 # -- relu(x @ w.T) -> TwELL (fused) --------------------------------------------
 
-#: Block tile of twell_matmul_pack and twell_matmul_pack_sm90 (rows, columns) and their
+#: Block tile of twell_matmul_pack and twell_matmul_pack_sm90_* (rows, columns) and their
 #: dynamic shared memory in bytes: 3 (4) pipeline stages of a 128 x 64 and a 256 x 64 tile of
 #: 16-bit values; the Hopper kernel adds its 8 mbarriers and aligns its tiles to 1024 bytes by
 #: hand (+1024 of slack). The Hopper kernel runs 288 threads (a producer warp), the other 256.
@@ -830,6 +830,7 @@ _MATMUL_SMEM = 3 * (128 + 256) * 64 * 2
 _MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 2 * 4 * 8 + 1024
 _MATMUL_THREADS = {"mma": 256, "sm90": 288}
 _SM90_SOURCE = "matmul_pack_sm90.cu"
+_SM90_KERNELS = {"bfloat16": "twell_matmul_pack_sm90_bf16", "float16": "twell_matmul_pack_sm90_f16"}
 #: Depth of a k tile of the GEMM: the Hopper kernel's x and w boxes are 64 columns wide.
 _MATMUL_DEPTH = 64
 #: TMA box coordinates are 32-bit: the Hopper kernel takes M and N below this.
@@ -855,19 +856,18 @@ def matmul_pack_supported(x, w, tile_width):
 
 
 def _matmul_variant(x, w, variant):
-    """The kernel that runs: ``"sm90"`` (wgmma and TMA) for bfloat16 on a device of compute
-    capability 9.0 with a driver that encodes tensor maps, K > 0 and M, N below 2^31;
-    ``"mma"`` (mma.sync) otherwise. ``variant`` forces one (a ValueError where sm90 cannot
-    run these operands)."""
+    """The kernel that runs: ``"sm90"`` (wgmma and TMA) on a device of compute capability 9.0
+    with a driver that encodes tensor maps, for K > 0 and M, N below 2^31; ``"mma"``
+    (mma.sync) otherwise. ``variant`` forces one (a ValueError where sm90 cannot run these
+    operands). Both take float16 and bfloat16."""
     if variant not in (None, "mma", "sm90"):
         raise ValueError(f"variant must be None, 'mma' or 'sm90'; got {variant!r}")
     if variant == "mma":
         return variant
-    sm90 = (x.dtype == _kernels.bfloat16 and x.shape[1] > 0
-            and max(x.shape[0], w.shape[0]) < _TMA_COORD_LIMIT)
+    sm90 = x.shape[1] > 0 and max(x.shape[0], w.shape[0]) < _TMA_COORD_LIMIT
     if variant == "sm90" and not sm90:
-        raise ValueError(f"the sm90 kernel takes bfloat16, K > 0 and M, N < 2**31; got "
-                         f"{x.dtype}, x.shape={x.shape}, w.shape={w.shape}")
+        raise ValueError(f"the sm90 kernel takes K > 0 and M, N < 2**31; got "
+                         f"x.shape={x.shape}, w.shape={w.shape}")
     if variant is None:
         sm90 = (sm90 and _kernels.arch_supported(_SM90_SOURCE)
                 and _kernels.tensor_maps_supported())
@@ -880,7 +880,8 @@ def _matmul_operands(x, w, variant):
         bm, bn = _MATMUL_TILE
         maps = (_kernels.tensor_map_2d(x, _MATMUL_DEPTH, bm),
                 _kernels.tensor_map_2d(w, _MATMUL_DEPTH, bn))
-        return _kernels.function(_SM90_SOURCE, "twell_matmul_pack_sm90"), maps, _MATMUL_SM90_SMEM
+        kernel = _kernels.function(_SM90_SOURCE, _SM90_KERNELS[x.dtype.name])
+        return kernel, maps, _MATMUL_SM90_SMEM
     kernel = _kernels.function("ffn.cu", _expr("twell_matmul_pack", x.dtype))
     return kernel, (x, w), _MATMUL_SMEM
 
@@ -922,25 +923,11 @@ def _spill_buffers(capacity, dtype):
             cupy.empty(capacity, dtype=dtype))
 
 
-def _until_spill_fits(plan, dtype, launch_and_read):
-    """Runs ``launch_and_read(capacity, spill_indices, spill_data)``, one fused launch and
-    its one read-back returning ``(spilled, value)``, until the spill buffer held every
-    spilled entry; returns ``(value, spill_indices, spill_data)`` of that run. A rerun gets
-    a buffer of exactly the size counted: the same product spills exactly that much again,
-    so nothing is dropped."""
-    capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
-    while True:
-        spilled, value = launch_and_read(capacity, spill_indices, spill_data)
-        if spilled <= capacity:
-            return value, spill_indices, spill_data
-        capacity = spilled
-        spill_indices, spill_data = _spill_buffers(capacity, dtype)
-
-
 def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
-                        spill_capacity, spill_indices, spill_data, counter=None):
+                        spill_capacity, spill_indices, spill_data, counter=None, zero_fill=True):
     """One launch of the fused kernel; returns its overflow counter (a device array:
-    ``counter``, zeroed, or a new one)."""
+    ``counter``, zeroed, or a new one). ``zero_fill=False`` leaves the slots past each pair's
+    count unwritten, for a caller that reads only the counted ones."""
     m, k = x.shape
     n = w.shape[0]
     kernel, operands, smem = _matmul_operands(x, w, variant)
@@ -949,7 +936,8 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
     counter = _overflow_counter() if counter is None else counter
     # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
     kernel((-(-m // bm) * -(-n // bn),), (_MATMUL_THREADS[variant],), (
-        *operands, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots), totals,
+        *operands, _i64(m), _i64(n), _i64(k), _i32(tile_width), _i32(slots),
+        _i32(zero_fill), totals,
         parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
         _i64(spill_capacity), counter), shared_mem=smem)
     return counter
@@ -960,9 +948,9 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
     round once to the inputs' dtype; the dense product is never written to global memory.
-    bfloat16 on a device of compute capability 9.0 (H100/H200) runs
-    ``twell_matmul_pack_sm90`` (wgmma fed by TMA), everything else ``twell_matmul_pack``
-    (mma.sync); both give the same bits. Synchronises once with the host (the overflow
+    A device of compute capability 9.0 (H100/H200) runs ``twell_matmul_pack_sm90_bf16`` or
+    ``_f16`` (wgmma fed by TMA), every other ``twell_matmul_pack`` (mma.sync); both give the
+    same bits. Synchronises once with the host (the overflow
     size), twice when the spill buffer (``spill_capacity`` entries; private, for tests) was
     too small and the kernel reruns. ``variant`` (private: tests and benchmarks): ``"mma"``
     forces the mma.sync kernel, ``"sm90"`` the Hopper one.
@@ -974,15 +962,18 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     if m * nt == 0:
         return _no_overflow(parts)
 
-    def launch_and_read(capacity, spill_indices, spill_data):
+    capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
+    while True:
         counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                                       plan.spill_start, capacity, spill_indices, spill_data)
         no_overflow = _no_overflow(parts)  # made while the kernel runs
         n_over = _overflow_size(counter)
-        return n_over, (n_over, no_overflow)
-
-    (n_over, no_overflow), spill_indices, spill_data = _until_spill_fits(
-        plan, x.dtype, launch_and_read)
+        if n_over <= capacity:
+            break
+        # A rerun gets a buffer of exactly the size counted: the same product spills
+        # exactly that much again, so nothing is dropped.
+        capacity = n_over
+        spill_indices, spill_data = _spill_buffers(capacity, x.dtype)
     if n_over == 0:
         return no_overflow
     offset, row_starts = _overflow_offsets(plan.totals, slots)
@@ -1006,13 +997,17 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
     """``relu(x @ w.T)`` packed with ``slots="auto"`` picked from its own per-tile counts.
 
     Returns ``(parts, slots, nnz)``. One fused launch packs the product at a provisional slot
-    count (``tile_width // 8``, lowered to fit ``MAX_STORED_SLOTS``; entries past it spill),
-    then the histogram of its totals gives :func:`twell._layout.auto_slots`, the overflow
-    size and the entry count, read with the spill counter in one synchronisation (two when
-    the spill buffer was too small and the kernel reruns), and ``twell_reslot`` moves every
-    entry to its slot or overflow place. The slots are those that ``TwELLMatrix`` picks for
-    the dense product, and the result has the bits of :func:`matmul_pack` with them.
-    Besides the result it holds the provisional layout (4 bytes per slot) until it returns.
+    count (``tile_width // 8``, lowered to fit ``MAX_STORED_SLOTS``; entries past it spill;
+    the empty slots are left unwritten), then the histogram of its totals gives
+    :func:`twell._layout.auto_slots`, the overflow size and the entry count, read with the
+    spill counter in one synchronisation, and ``twell_reslot`` moves every entry to its slot
+    or overflow place. When the provisional spill did not fit its buffer (a dense product:
+    more than 1/64 of the outputs past the provisional slots), the histogram is whole all the
+    same, and :func:`matmul_pack` runs once more straight at the chosen slots with a spill
+    buffer of exactly their overflow: never a third launch. The slots are those that
+    ``TwELLMatrix`` picks for the dense product, and the result has the bits of
+    :func:`matmul_pack` with them. Besides the result it holds the provisional layout
+    (4 bytes per slot) until it returns.
     """
     m, n = x.shape[0], w.shape[0]
     nt = _layout.n_tiles(n, tile_width)
@@ -1023,22 +1018,23 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
     plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
     parts = _empty_parts(m, nt, provisional, x.dtype, slot_fill=cupy.empty, overflow=False)
     bins = tile_width + 2  # count_histogram(totals, tile_width + 1)
-
-    def launch_and_read(capacity, spill_indices, spill_data):
-        # The histogram and the spill counter side by side: one read fetches both.
-        both = cupy.zeros(bins + 1, dtype=np.uint64)
-        _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
-                            plan.spill_start, capacity, spill_indices, spill_data,
-                            counter=both[bins:])
-        count_histogram(plan.totals, tile_width + 1, out=both[:bins])
-        host = both.get().view(np.int64)  # device-to-host sync: histogram and spill size
-        return int(host[bins]), host[:bins]
-
-    hist, spill_indices, spill_data = _until_spill_fits(plan, x.dtype, launch_and_read)
-    hist = _layout.checked_histogram(hist, tile_width)
+    # The histogram and the spill counter side by side: one read fetches both.
+    both = cupy.zeros(bins + 1, dtype=np.uint64)
+    _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
+                        plan.spill_start, plan.spill_capacity, plan.spill_indices,
+                        plan.spill_data, counter=both[bins:],
+                        zero_fill=False)  # twell_reslot reads the counted slots only
+    count_histogram(plan.totals, tile_width + 1, out=both[:bins])
+    host = both.get().view(np.int64)  # device-to-host sync: histogram and spill size
+    hist = _layout.checked_histogram(host[:bins], tile_width)
     slots = _layout.auto_slots(hist, tile_width)
     n_over = _layout.slot_overflow(hist, slots)
+    nnz = _layout.histogram_nnz(hist)
     check_storage((m, n), tile_width, slots)
+    if host[bins] > plan.spill_capacity:
+        variant = plan.variant
+        del parts, plan  # freed before the second launch allocates its own
+        return matmul_pack(x, w, tile_width, slots, max(n_over, 1), variant), slots, nnz
     result = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
     if n_over:
         offset, row_starts = _overflow_offsets(plan.totals, slots)
@@ -1048,10 +1044,10 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
     kernel = _kernels.function("ffn.cu", _expr("twell_reslot", x.dtype))
     kernel(_blocks(m * nt, _BLOCK), (_BLOCK,), (
         plan.totals, _i64(m * nt), _i64(nt), _i32(tile_width), _i32(provisional), parts.data,
-        parts.indices, plan.spill_start, spill_indices, spill_data, _i32(slots),
+        parts.indices, plan.spill_start, plan.spill_indices, plan.spill_data, _i32(slots),
         result.counts, result.data, result.indices, offset, result.overflow_indices,
         result.overflow_data))
-    return result, slots, _layout.histogram_nnz(hist)
+    return result, slots, nnz
 
 
 def gated_up(parts, shape, tile_width, x, w_up):

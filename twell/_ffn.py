@@ -96,8 +96,8 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     On the GPU, for float16 or bfloat16 ``x`` and ``w`` of one dtype, C-contiguous,
     ``K % 8 == 0`` and a tile width in {8, 16, ..., 256}, one kernel computes the product on
     tensor cores and packs it in its epilogue: the dense ``(M, N)`` product is never written
-    to memory (``cuda_src/ffn.cu``, mma.sync; for bfloat16 on a device of compute capability
-    9.0, H100/H200, ``cuda_src/matmul_pack_sm90.cu``, wgmma fed by TMA, compiled with NVRTC
+    to memory (``cuda_src/ffn.cu``, mma.sync; on a device of compute capability 9.0,
+    H100/H200, ``cuda_src/matmul_pack_sm90.cu``, wgmma fed by TMA, compiled with NVRTC
     at first use; both give the same bits). It synchronises with the host once, to size the
     overflow. With ``slots="auto"`` the kernel packs at a provisional ``tile_width // 8``
     slots (its entries past them spill), the histogram of its per-tile counts gives the

@@ -129,7 +129,7 @@ INSTANCES = {
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
                + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")
                + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]),
-    "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90"],
+    "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16"],
 }
 
 #: Sources for one architecture: name -> (NVRTC/nvcc ``-arch``, the device's compute
@@ -295,10 +295,11 @@ def _nvrtc_includes():
 
 # -- tensor maps (TMA) ---------------------------------------------------------
 
-#: cuTensorMapEncodeTiled's enum values (cuda.h, CUDA 12): bf16 elements, no interleave,
-#: 128-byte swizzle, 256-byte L2 promotion, zeros for out-of-bounds elements.
-_TMAP_BFLOAT16, _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO = (
-    9, 0, 3, 3, 0)
+#: cuTensorMapEncodeTiled's enum values (cuda.h, CUDA 12): the element types by NumPy dtype
+#: name, no interleave, 128-byte swizzle, 256-byte L2 promotion, zeros for out-of-bounds
+#: elements.
+_TMAP_DTYPES = {"float16": 6, "bfloat16": 9}
+_TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO = 0, 3, 3, 0
 #: Bytes of a CUtensorMap; the driver writes it to a 64-byte aligned address.
 TENSOR_MAP_BYTES = 128
 
@@ -326,7 +327,7 @@ def tensor_maps_supported():
 
 
 def tensor_map_2d(array, box_cols, box_rows):
-    """The tensor map of a C-contiguous 2-D bfloat16 CuPy array, for TMA loads of
+    """The tensor map of a C-contiguous 2-D float16 or bfloat16 CuPy array, for TMA loads of
     ``box_rows x box_cols`` boxes with a 128-byte swizzle and zeros past the array's edges.
 
     Returned as a size-one NumPy array of 128 bytes, which CuPy passes to a kernel by value
@@ -335,11 +336,12 @@ def tensor_map_2d(array, box_cols, box_rows):
     callers check both). A driver error is a RuntimeError naming the array's shape.
     """
     rows, cols = array.shape
-    return _tensor_map(array.data.ptr, rows, cols, cols * array.itemsize, box_cols, box_rows)
+    return _tensor_map(_TMAP_DTYPES[array.dtype.name], array.data.ptr, rows, cols,
+                       cols * array.itemsize, box_cols, box_rows)
 
 
 @functools.lru_cache(maxsize=256)
-def _tensor_map(address, rows, cols, pitch, box_cols, box_rows):
+def _tensor_map(element, address, rows, cols, pitch, box_cols, box_rows):
     """:func:`tensor_map_2d`'s map, kept per argument tuple: the map holds nothing but these
     numbers (no device, no contents), so a kept one equals a new encoding for any array at
     that address with that shape, and the weights of a layer, called again and again, are
@@ -354,7 +356,7 @@ def _tensor_map(address, rows, cols, pitch, box_cols, box_rows):
     aligned = buffer + (-buffer) % 64
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     result = encode(
-        ctypes.c_void_p(aligned), _TMAP_BFLOAT16, 2, ctypes.c_void_p(address),
+        ctypes.c_void_p(aligned), element, 2, ctypes.c_void_p(address),
         (u64 * 2)(cols, rows), (u64 * 1)(pitch), (u32 * 2)(box_cols, box_rows),
         (u32 * 2)(1, 1), _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B,
         _TMAP_OOB_ZERO)

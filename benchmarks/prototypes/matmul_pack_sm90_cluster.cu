@@ -1,10 +1,10 @@
 // matmul_pack_sm90_cluster.cu: PROTOTYPE (written 2026-12-03 without a GPU; first run in the
 // seventh session, H200: the shipped bits on six shapes, 0.993 ms against 0.802 for the TMA
 // form that now ships). Not part of the package: matmul_pack_sm90_cluster.py (beside it)
-// compiles it with NVRTC for sm_90a, swaps it in for twell_matmul_pack_sm90 under
+// compiles it with NVRTC for sm_90a, swaps it in for twell_matmul_pack_sm90_bf16 under
 // twell.matmul_to_twell, checks it bit for bit against the shipped kernels and times it.
 //
-// proto_matmul_pack_sm90_cluster: the shipped twell_matmul_pack_sm90 (cuda_src/
+// proto_matmul_pack_sm90_cluster: the shipped twell_matmul_pack_sm90_bf16 (cuda_src/
 // matmul_pack_sm90.cu: a producer warp, two consumer warpgroups, full/empty mbarriers per
 // stage) in clusters of 2 CTAs along M.
 // The two CTAs of a cluster compute row blocks 2p and 2p + 1 of the same 256 columns, so they
@@ -58,7 +58,7 @@ extern "C" __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kP
 proto_matmul_pack_sm90_cluster(const __grid_constant__ TensorMap tmap_x,
                                const __grid_constant__ TensorMap tmap_w, long long n_rows,
                                long long n_cols, long long depth, int tile_width, int slots,
-                               int* __restrict__ totals, int* __restrict__ counts,
+                               int zero_fill, int* __restrict__ totals, int* __restrict__ counts,
                                __nv_bfloat16* __restrict__ data,
                                unsigned short* __restrict__ indices,
                                long long* __restrict__ spill_start,
@@ -72,7 +72,7 @@ proto_matmul_pack_sm90_cluster(const __grid_constant__ TensorMap tmap_x,
   const long long m0 = (pair / col_blocks * kCluster + rank) * kBM;
   const long long n0 = pair % col_blocks * kBN;
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
-  __nv_bfloat16* const smem = aligned_smem();
+  __nv_bfloat16* const smem = aligned_smem<__nv_bfloat16>();
   const unsigned stages = smem_address(smem);
   const StageBarriers<kStages> bars{stages + kStages * kStageBytes};
 
@@ -110,5 +110,6 @@ proto_matmul_pack_sm90_cluster(const __grid_constant__ TensorMap tmap_x,
   __syncthreads();
   pack_staged_block<__nv_bfloat16, kBM, kBN, kPitch, kProtoThreads / kWarp>(
       stage, m0, n0, n_rows, n_cols, tile_width, slots, totals, counts, data, indices,
-      spill_start, spill_indices, spill_data, spill_capacity, spill_used, warp_id, lane);
+      spill_start, spill_indices, spill_data, spill_capacity, spill_used, warp_id, lane,
+      zero_fill != 0);
 }

@@ -1,9 +1,9 @@
 """PROTOTYPE check and timing of ``matmul_pack_sm90_cluster.cu``: the shipped Hopper fused
-GEMM -> TwELL kernel (``twell_matmul_pack_sm90``: TMA + mbarriers) in clusters of 2 CTAs along
+GEMM -> TwELL kernel (``twell_matmul_pack_sm90_bf16``: TMA + mbarriers) in clusters of 2 CTAs along
 M, the w tile multicast.
 
 Not part of the package or the test-suite. One device call answers: does the prototype give
-the shipped kernels' bits (swapped in for ``twell_matmul_pack_sm90`` under
+the shipped kernels' bits (swapped in for ``twell_matmul_pack_sm90_bf16`` under
 ``_cupy_backend.matmul_pack`` and ``twell.matmul_to_twell``), and how fast is it against the
 shipped TMA and mma.sync kernels and cuBLAS. A prototype that fails to compile or to check is
 reported and not timed. Run from the repository root on an H100/H200:
@@ -45,7 +45,7 @@ def compile_kernel():
 
 
 class Clustered:
-    """Called as the launcher calls twell_matmul_pack_sm90 for operands of m rows and n
+    """Called as the launcher calls twell_matmul_pack_sm90_bf16 for operands of m rows and n
     columns; runs the prototype on the same arguments with the row blocks rounded up to whole
     clusters (a padding CTA packs nothing)."""
 
@@ -82,7 +82,7 @@ def swapped_operands(sm90_operands):
 
 
 def swapped_in(kernel):
-    """The prototype in place of twell_matmul_pack_sm90 (variant "sm90") in the launcher."""
+    """The prototype in place of twell_matmul_pack_sm90_bf16 (variant "sm90") in the launcher."""
     def sm90_operands(x, w, shipped):
         maps = (_kernels.tensor_map_2d(x, BK, BM), _kernels.tensor_map_2d(w, BK, BN // CLUSTER))
         return (Clustered(kernel, x.shape[0], w.shape[0]), maps,

@@ -1,9 +1,9 @@
 // matmul_pack_sm90_ws.cu: PROTOTYPE (written 2026-12-04 without a GPU run of its own). Not
 // part of the package: matmul_pack_sm90_ws.py (beside it) compiles it with NVRTC for sm_90a,
-// swaps it in for twell_matmul_pack_sm90 under the launcher, checks it bit for bit against the
+// swaps it in for twell_matmul_pack_sm90_bf16 under the launcher, checks it bit for bit against the
 // shipped kernels and times it.
 //
-// proto_matmul_pack_sm90_ws: the shipped twell_matmul_pack_sm90 (same arguments and results)
+// proto_matmul_pack_sm90_ws: the shipped twell_matmul_pack_sm90_bf16 (same arguments and results)
 // made persistent and warp-specialised, so that packing a tile overlaps the next tile's GEMM.
 // Why: on the paper's up projection (H200) the shipped kernel's GEMM alone takes 0.467 ms and
 // the whole kernel 0.639: its packing epilogue runs after each tile's GEMM with the tensor
@@ -79,7 +79,7 @@ __device__ __forceinline__ void ws_body(
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
   const long long n_blocks = (n_rows + kBM - 1) / kBM * col_blocks;
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
-  __nv_bfloat16* const smem = aligned_smem();
+  __nv_bfloat16* const smem = aligned_smem<__nv_bfloat16>();
   const unsigned ring = smem_address(smem);
   __nv_bfloat16* const stage = smem + kStages * kStageBytes / 2;
   const StageBarriers<kStages> bars{ring + kStages * kStageBytes + kStagingBytes};
@@ -167,7 +167,8 @@ __device__ __forceinline__ void ws_body(
   extern "C" __global__ void __launch_bounds__(kWsThreads, 1)                                 \
   name(const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,    \
        long long n_rows, long long n_cols, long long depth, int tile_width, int slots,        \
-       int* __restrict__ totals, int* __restrict__ counts, __nv_bfloat16* __restrict__ data,  \
+       int /* zero_fill: always filled */, int* __restrict__ totals, int* __restrict__ counts, \
+       __nv_bfloat16* __restrict__ data,                                                      \
        unsigned short* __restrict__ indices, long long* __restrict__ spill_start,             \
        int* __restrict__ spill_indices, __nv_bfloat16* __restrict__ spill_data,               \
        long long spill_capacity, unsigned long long* __restrict__ spill_used) {               \

@@ -4,7 +4,7 @@ two wgmma consumer warpgroups), so that packing a tile overlaps the next tile's 
 
 Not part of the package or the test-suite. One device call answers: does the prototype give
 the shipped kernels' bits on the cluster script's six cases (swapped in for
-``twell_matmul_pack_sm90`` under ``_cupy_backend.matmul_pack``), and how fast is it, alone
+``twell_matmul_pack_sm90_bf16`` under ``_cupy_backend.matmul_pack``), and how fast is it, alone
 (CUDA events over 20 launches back to back, no launcher) and in the launcher, against the
 shipped kernel and cuBLAS, for each of its two forms. Run from the repository root on an H100/H200:
 
@@ -41,7 +41,7 @@ def compile_kernels():
 
 
 class Persistent:
-    """Called as the launcher calls twell_matmul_pack_sm90; runs the prototype on the same
+    """Called as the launcher calls twell_matmul_pack_sm90_bf16; runs the prototype on the same
     arguments with one block per SM (at most one per output tile) of 384 threads."""
 
     def __init__(self, kernel):
@@ -59,7 +59,7 @@ class Persistent:
 
 
 def swapped_in(kernel):
-    """The prototype in place of twell_matmul_pack_sm90 (variant "sm90") in the launcher,
+    """The prototype in place of twell_matmul_pack_sm90_bf16 (variant "sm90") in the launcher,
     with the shipped kernel's tensor maps."""
     def sm90_operands(x, w, shipped):
         return Persistent(kernel), shipped(x, w, "sm90")[1], SMEM
@@ -74,7 +74,7 @@ def kernel_alone_ms(kernel, x, w, grid, threads, smem, slots=13, tile_width=256,
     nt = -(-n // tile_width)
     cap = m * n // 64 + 4096
     args = (*_cupy_backend._matmul_operands(x, w, "sm90")[1], np.int64(m), np.int64(n),
-            np.int64(k), np.int32(tile_width), np.int32(slots),
+            np.int64(k), np.int32(tile_width), np.int32(slots), np.int32(1),
             cupy.empty((m, nt), np.int32), cupy.empty((m, nt), np.int32),
             cupy.empty((m, nt, slots), x.dtype), cupy.empty((m, nt, slots), np.uint16),
             cupy.empty((m, nt), np.int64), cupy.empty(cap, np.int32), cupy.empty(cap, x.dtype),
@@ -101,7 +101,7 @@ def main():
     x, w = base.operands(rng, m, k, n, shift=2.3)
     print(f"M={m} K={k} N={n} bf16, S=13")
     print(f"  {'cupy.matmul (cuBLAS)':<48} {base.median_ms(lambda: cupy.matmul(x, w.T)):7.3f} ms")
-    shipped = _kernels.function("matmul_pack_sm90.cu", "twell_matmul_pack_sm90")
+    shipped = _kernels.function("matmul_pack_sm90.cu", "twell_matmul_pack_sm90_bf16")
     blocks = -(-m // 128) * -(-n // 256)
     print(f"  {'shipped kernel alone':<48} "
           f"{kernel_alone_ms(shipped, x, w, (blocks,), 288, _cupy_backend._MATMUL_SM90_SMEM):7.3f}"
