@@ -106,11 +106,23 @@ for s in map(float, args.sparsities.split(",")):
 
 def auto_stages(w):
     """The parts of matmul_to_twell(x, w) with slots="auto", each timed alone (ms): the
-    fused launch at the provisional slots, the whole auto launcher (launch, histogram, one
-    read, twell_reslot) and the plain launcher at the slots it picks."""
+    provisional kernel alone with and without its zero fill (no read, no rerun), the fused
+    launch at the provisional slots, the whole auto launcher (launch, histogram, one read,
+    twell_reslot) and the plain launcher at the slots it picks."""
     provisional = 256 // gb._PROVISIONAL_SHARE
     _, slots, _ = gb.matmul_pack_auto(x, w, 256)
+    plan = gb.matmul_plan(x, w, 256)
+    parts = gb._empty_parts(x.shape[0], plan.totals.shape[1], provisional, x.dtype,
+                            slot_fill=cupy.empty, overflow=False)
+
+    def kernel(zero_fill):
+        return lambda: gb._launch_matmul_pack(
+            x, w, plan.variant, 256, provisional, plan.totals, parts, plan.spill_start,
+            plan.spill_capacity, plan.spill_indices, plan.spill_data, zero_fill=zero_fill)
+
     return slots, {
+        f"kernel alone at the provisional S={provisional}, zero fill": kernel(True),
+        f"kernel alone at the provisional S={provisional}, no fill": kernel(False),
         f"matmul_pack at the provisional S={provisional}": lambda: gb.matmul_pack(
             x, w, 256, provisional),
         "matmul_pack_auto (launch, histogram, read, reslot)": lambda: gb.matmul_pack_auto(
