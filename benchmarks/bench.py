@@ -12,7 +12,9 @@ sweep
     bf16 SpMM from 90% to 99.9% sparsity: time against the number of non-zeros.
 hot
     The same shapes with hot neurons: column j fires with probability
-    rank_j^-a (a chosen so that the mean density is 1 - s), columns shuffled.
+    rank_j^-a (a chosen so that the mean density is 1 - s), columns shuffled; made by the
+    bias-column trick with one bias per column, so the D2T and the gated FFN run on them
+    too.
 sci
     A 2-D Poisson 5-point stencil (1000 x 1000 grid, n = 10^6) and a power-law-degree
     random graph (n = 10^6, mean degree ~16, max degree in the thousands), fp32/fp64,
@@ -1132,11 +1134,15 @@ def n_buffers(bench, nbytes):
     return bench.args.buffers if nbytes < 4 * bench.dev.l2_bytes else 1
 
 
-def ffn_inputs32(bench, m, k, n, s, nbuf, seed, with_x=True):
-    """float32 inputs: Z = relu(X W^T) with the bias-column trick, DOWN, v."""
+def ffn_inputs32(bench, m, k, n, s, nbuf, seed, with_x=True, thresholds=None):
+    """float32 inputs: Z = relu(X W^T) with the bias-column trick, DOWN, v.
+
+    Column j of Z fires with probability 1 - s, or where ``thresholds`` (k,) is given,
+    1 - Phi(thresholds[j]).
+    """
     xp = bench.xp
     g = RNG(xp, seed)
-    thr = _ndtri(s)
+    thr = _ndtri(s) if thresholds is None else xp.asarray(thresholds.astype(np.float32))
     w = g.normal((k, n)) / np.float32(math.sqrt(max(n - 1, 1)))
     w[:, 0] = -thr
     xs, zs = [], []
@@ -1151,19 +1157,16 @@ def ffn_inputs32(bench, m, k, n, s, nbuf, seed, with_x=True):
 
 
 def hot_inputs32(bench, m, k, n, s, nbuf, seed):
-    """float32 inputs with Zipf-like per-column firing probabilities."""
-    xp = bench.xp
+    """float32 inputs with Zipf-like per-column firing probabilities p_j: the bias-column
+    trick with a bias per column, W[j, 0] = -Phi^-1(1 - p_j), so that the D2T and the gated
+    FFN run on the hot activations too. The hottest column's p_j = 1 is capped at
+    1 - 1e-7 (a finite bias: it fires in all but ~1e-7 of the rows)."""
+    from scipy.special import ndtri
+
     p, a = zipf_probabilities(k, 1.0 - s, seed)
-    g = RNG(xp, seed + 1)
-    pd = xp.asarray(p.astype(np.float32))[None, :]
-    zs = []
-    for _ in range(nbuf):
-        fire = g.uniform((m, k)) < pd
-        zs.append(xp.where(fire, xp.abs(g.normal((m, k))), np.float32(0)))
-    down = [g.normal((k, n)) / np.float32(math.sqrt(k)) for _ in range(nbuf)]
-    v = [g.normal((k,)) for _ in range(nbuf)]
-    return Inputs(zs, down, v), {"zipf_exponent": a, "p_max": float(p.max()),
-                                 "p_min": float(p.min())}
+    thresholds = ndtri(1.0 - np.clip(p, 1e-12, 1.0 - 1e-7))
+    inp = ffn_inputs32(bench, m, k, n, s, nbuf, seed + 1, thresholds=thresholds)
+    return inp, {"zipf_exponent": a, "p_max": float(p.max()), "p_min": float(p.min())}
 
 
 def tile_counts(xp, nonzero, tile_width=twell.DEFAULT_TILE_WIDTH):
@@ -2155,7 +2158,8 @@ def run(bench, plan):
                     del a
                 else:
                     run_activation_case(bench, case, inp, DTYPES[dname],
-                                        with_gemm=(wl == "ffn"), sweep=(wl == "sweep"))
+                                        with_gemm=(wl in ("ffn", "hot")),
+                                        sweep=(wl == "sweep"))
             except Exception as exc:  # noqa: BLE001 - setup failure: keep the other cases
                 case.info["error"] = _short_error(exc)
                 case.info["traceback"] = traceback.format_exc(limit=6)[-2000:]
