@@ -388,8 +388,10 @@ def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng, dtype, varian
 def test_default_spmm_densifies_above_the_measured_density(rng, monkeypatch, dtype):
     # A @ B takes A.toarray() @ B (cuBLAS) when the entry count known from construction puts
     # the density above _layout.dense_product_density, and the gather kernel otherwise or
-    # when the count is unknown (slots given), with no host synchronisation either way.
-    # The minimum work is lowered so that a test-sized product qualifies.
+    # when the count is unknown, with no host synchronisation either way. A dense pack
+    # knows the count with the slots given too (its one read carries the histogram of the
+    # per-tile totals); parts wrapped without it do not. The minimum work is lowered so that
+    # a test-sized product qualifies.
     monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
     densified = []
     to_dense = _cupy_backend.to_dense
@@ -399,10 +401,13 @@ def test_default_spmm_densifies_above_the_measured_density(rng, monkeypatch, dty
     threshold = _layout.dense_product_density(40, itemsize)  # 0.12 (bf16), 0.27 (float32)
     rhs = _activations(rng, 700, 40, 1.0, dtype)
     for density, slots, dense in [(2 * threshold, "auto", True), (threshold / 3, "auto", False),
-                                  (2 * threshold, 40, False)]:
+                                  (2 * threshold, 40, True), (threshold / 3, 40, False),
+                                  (2 * threshold, None, False)]:
         x = _activations(rng, 300, 700, density, dtype)
-        a = twell.TwELLMatrix(x, slots=slots)
-        assert a._nnz_hint == (int(cupy.count_nonzero(x)) if slots == "auto" else None)
+        a = twell.TwELLMatrix(x, slots=40 if slots is None else slots)
+        assert a._nnz_hint == int(cupy.count_nonzero(x))
+        if slots is None:  # the count unknown
+            a = twell.TwELLMatrix._from_parts(a._parts, a.shape, a.tile_width)
         densified.clear()
         Backend("cupy").poison()
         got = (a @ rhs).astype(np.float64).get()

@@ -178,11 +178,12 @@ def test_fused_spill_too_small_reruns_losslessly(gpu, rng, dtype):
     from twell import _cupy_backend
 
     x, w = _fused(gpu, rng, dtype)
-    roomy = _cupy_backend.matmul_pack(x, w, 64, 2)
+    roomy, nnz = _cupy_backend.matmul_pack(x, w, 64, 2)
     assert roomy.overflow_data.size > 1
     gpu.poison()
-    tight = _cupy_backend.matmul_pack(x, w, 64, 2, spill_capacity=1)
+    tight, tight_nnz = _cupy_backend.matmul_pack(x, w, 64, 2, spill_capacity=1)
     shape = (x.shape[0], w.shape[0])
+    assert nnz == tight_nnz == twell.TwELLMatrix._from_parts(roomy, shape, 64).nnz
     assert_same_bits(twell.TwELLMatrix._from_parts(tight, shape, 64),
                        twell.TwELLMatrix._from_parts(roomy, shape, 64), "spill 1 vs default")
 
@@ -232,7 +233,7 @@ def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, monkeypa
         spilled = int(np.maximum(counts - provisional, 0).sum())
         rerun = spilled > (capacity or _cupy_backend.matmul_plan(x, w, 8).spill_capacity)
         assert launched == [provisional] + [slots] * rerun
-        want = _cupy_backend.matmul_pack(x, w, tile_width, slots)
+        want, _ = _cupy_backend.matmul_pack(x, w, tile_width, slots)
         assert_same_bits(got, twell.TwELLMatrix._from_parts(want, shape, tile_width),
                          f"auto (spill capacity {capacity}) vs slots={slots} given")
     if tile_width <= 64 and bias == 1.0:
@@ -265,13 +266,15 @@ def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_widt
     got = {}
     for variant in ("mma", "sm90"):
         gpu.poison()
-        parts = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant=variant)
+        parts, nnz = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant=variant)
         got[variant] = twell.TwELLMatrix._from_parts(parts, full, tile_width)
         got[variant].validate()
+        assert nnz == got[variant].nnz  # the read's histogram against the parts' own count
     assert got["sm90"].nnz > 0
     assert_same_bits(got["sm90"], got["mma"], "sm90 vs mma.sync")
     gpu.poison()
-    tight = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1, variant="sm90")
+    tight, _ = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1,
+                                         variant="sm90")
     assert_same_bits(twell.TwELLMatrix._from_parts(tight, full, tile_width), got["mma"],
                      "sm90 with a spill rerun vs mma.sync")
 

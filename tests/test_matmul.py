@@ -278,7 +278,11 @@ def test_auto_slots_construction_knows_the_entry_count(backend, rng, source):
     a = twell.TwELLMatrix(backend.asarray(x if source == "dense" else sp.csr_array(x)))
     assert a.overflow_nnz > 0
     assert a._nnz_hint == a.nnz == np.count_nonzero(x)
-    assert twell.TwELLMatrix(backend.asarray(x), slots=4)._nnz_hint is None  # unknown: no read
+    # With the slots given, a dense pack counts the entries in the read it makes anyway, and
+    # a canonical CSR input is as long as its count.
+    given = twell.TwELLMatrix(backend.asarray(x if source == "dense" else sp.csr_array(x)),
+                              slots=4)
+    assert given._nnz_hint == given.nnz == np.count_nonzero(x)
     assert a.T._nnz_hint == a.nnz
     assert a.copy()._nnz_hint == a.nnz
     assert twell.TwELLMatrix(a, slots=3)._nnz_hint == a.nnz  # a repack counts its CSR
@@ -287,13 +291,15 @@ def test_auto_slots_construction_knows_the_entry_count(backend, rng, source):
     assert tiny.astype(np.float32)._nnz_hint == tiny.astype(np.float32).nnz < a.nnz
 
 
-def test_matmul_to_twell_estimates_the_entry_count(backend, rng):
-    # slots="auto" counts every (row, tile) pair, so it knows the entry count exactly.
+def test_matmul_to_twell_knows_the_entry_count(backend, rng):
+    # slots="auto" counts every (row, tile) pair, and with the slots given the pack's one
+    # read carries the histogram of the per-tile totals: the entry count is exact both ways.
     x = backend.asarray(rng.standard_normal((300, 64)).astype(np.float32))
     w = backend.asarray(rng.standard_normal((500, 64)).astype(np.float32))
     a = twell.matmul_to_twell(x, w)
     assert a._nnz_hint == a.nnz > 0
-    assert twell.matmul_to_twell(x, w, slots=8)._nnz_hint is None
+    given = twell.matmul_to_twell(x, w, slots=8)
+    assert given._nnz_hint == given.nnz == a.nnz
     xx = backend.asarray(rng.standard_normal((3000, 64)).astype(np.float32))
     big = twell.matmul_to_twell(xx, w)
     assert big._nnz_hint == big.nnz > 0

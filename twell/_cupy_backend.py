@@ -89,6 +89,24 @@ def _overflow_size(counter):
     return int(counter.get()[0])  # device-to-host sync: the overflow size
 
 
+def _count_buffer(tile_width):
+    """Zeroed uint64 device memory for a pack's one read-back: the histogram of its per-tile
+    totals (``count_histogram(totals, tile_width + 1)``: ``tile_width + 2`` bins), then its
+    overflow (spill) counter, the last value (``buffer[-1:]``, the launch's counter)."""
+    return cupy.zeros(tile_width + 3, dtype=np.uint64)
+
+
+def _read_counts(buffer, totals, tile_width):
+    """``(hist, counter)``: the histogram of ``totals`` counted into ``buffer`` (from
+    :func:`_count_buffer`, its counter filled by the launch before) and read back with the
+    counter in one device-to-host copy, the histogram checked (``tile_width + 1`` bins). The
+    histogram gives the entry count exactly, so a pack with the slots given knows its nnz at
+    the cost of one small kernel, and the SpMM can pick its way by it."""
+    count_histogram(totals, tile_width + 1, out=buffer[:-1])
+    host = buffer.get().view(np.int64)  # device-to-host sync: histogram and overflow size
+    return _layout.checked_histogram(host[:-1], tile_width), int(host[-1])
+
+
 def _reduce_grid(items):
     """Grid of a reduce.cu kernel (a grid-stride loop) over ``items`` work items: one thread
     each, at most _REDUCE_BLOCKS blocks."""
@@ -255,32 +273,36 @@ def tile_counts_dense(dense, tile_width):
 
 
 def pack_dense(dense, tile_width, slots, n_over=None):
-    """Dense matrix -> TwELL parts (NaN and Inf count as non-zeros).
+    """Dense matrix -> ``(parts, nnz)`` (NaN and Inf count as non-zeros).
 
     One pass over the dense matrix writes the slots and counts the entries
     past them; only when there are some, a prefix sum sizes the overflow and a
     second pass, over the overflowing tiles only, writes it. Synchronises once
-    with the host (reading that count) to size the overflow, unless the caller
-    knows it exactly (``n_over``, from the per-tile counts of ``slots="auto"``).
+    with the host (reading that count and the histogram of the per-tile totals, which gives
+    ``nnz``) to size the overflow, unless the caller knows it exactly (``n_over``, from the
+    per-tile counts of ``slots="auto"``; then ``nnz`` is None: the caller has it too).
     """
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
     # The overflow part is made after the launch: the kernel need not wait for its memset.
     parts = _empty_parts(m, nt, slots, dense.dtype, slot_fill=cupy.empty, overflow=False)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
-    counter = _overflow_counter()
+    both = _count_buffer(tile_width)
+    counter = both[-1:]
     _launch_pack_dense(dense, tile_width, slots, _MODE_SLOTS, totals, parts, None, counter)
+    nnz = None
     if n_over is None:
         no_overflow = _no_overflow(parts)  # made while the kernel runs
-        n_over = _overflow_size(counter)
+        hist, n_over = _read_counts(both, totals, tile_width)
+        nnz = _layout.histogram_nnz(hist)
         if n_over == 0:
-            return no_overflow
+            return no_overflow, nnz
     elif n_over == 0:
-        return _no_overflow(parts)
+        return _no_overflow(parts), nnz
     offset, row_starts = _overflow_offsets(totals, slots)
     parts = _with_overflow(parts, row_starts, n_over)
     _launch_pack_dense(dense, tile_width, slots, _MODE_OVERFLOW, totals, parts, offset, counter)
-    return parts
+    return parts, nnz
 
 
 # -- CSR -> TwELL -----------------------------------------------------------
@@ -944,38 +966,41 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
 
 
 def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
-    """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel.
+    """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel: returns
+    ``(parts, nnz)``.
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
     round once to the inputs' dtype; the dense product is never written to global memory.
     A device of compute capability 9.0 (H100/H200) runs ``twell_matmul_pack_sm90_bf16`` or
     ``_f16`` (wgmma fed by TMA), every other ``twell_matmul_pack`` (mma.sync); both give the
-    same bits. Synchronises once with the host (the overflow
-    size), twice when the spill buffer (``spill_capacity`` entries; private, for tests) was
-    too small and the kernel reruns. ``variant`` (private: tests and benchmarks): ``"mma"``
-    forces the mma.sync kernel, ``"sm90"`` the Hopper one.
+    same bits. Synchronises once with the host (the overflow size and the histogram of the
+    per-tile totals, which gives ``nnz``), twice when the spill buffer (``spill_capacity``
+    entries; private, for tests) was too small and the kernel reruns. ``variant`` (private:
+    tests and benchmarks): ``"mma"`` forces the mma.sync kernel, ``"sm90"`` the Hopper one.
     """
     plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
     m, nt = plan.totals.shape
     # The overflow part is made after the launch: the GPU need not wait for it.
     parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
     if m * nt == 0:
-        return _no_overflow(parts)
-
+        return _no_overflow(parts), 0
     capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
     while True:
-        counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
-                                      plan.spill_start, capacity, spill_indices, spill_data)
+        both = _count_buffer(tile_width)
+        _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
+                            plan.spill_start, capacity, spill_indices, spill_data,
+                            counter=both[-1:])
         no_overflow = _no_overflow(parts)  # made while the kernel runs
-        n_over = _overflow_size(counter)
+        hist, n_over = _read_counts(both, plan.totals, tile_width)
         if n_over <= capacity:
             break
         # A rerun gets a buffer of exactly the size counted: the same product spills
         # exactly that much again, so nothing is dropped.
         capacity = n_over
         spill_indices, spill_data = _spill_buffers(capacity, x.dtype)
+    nnz = _layout.histogram_nnz(hist)
     if n_over == 0:
-        return no_overflow
+        return no_overflow, nnz
     offset, row_starts = _overflow_offsets(plan.totals, slots)
     parts = _with_overflow(parts, row_starts, n_over)
     move = _kernels.function("ffn.cu", _expr("twell_spill_to_overflow", x.dtype))
@@ -983,7 +1008,7 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     move(_blocks(-(-m * nt // 32), _WARPS), (_BLOCK,), (
         plan.totals, _i64(m * nt), _i32(slots), plan.spill_start, spill_indices, spill_data,
         offset, parts.overflow_indices, parts.overflow_data))
-    return parts
+    return parts, nnz
 
 
 #: ``matmul_pack_auto`` packs at ``tile_width // _PROVISIONAL_SHARE`` slots before it knows
@@ -1017,24 +1042,20 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
                              _layout.MAX_STORED_SLOTS // (m * nt)))
     plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
     parts = _empty_parts(m, nt, provisional, x.dtype, slot_fill=cupy.empty, overflow=False)
-    bins = tile_width + 2  # count_histogram(totals, tile_width + 1)
-    # The histogram and the spill counter side by side: one read fetches both.
-    both = cupy.zeros(bins + 1, dtype=np.uint64)
+    both = _count_buffer(tile_width)
     _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
                         plan.spill_start, plan.spill_capacity, plan.spill_indices,
-                        plan.spill_data, counter=both[bins:],
+                        plan.spill_data, counter=both[-1:],
                         zero_fill=False)  # twell_reslot reads the counted slots only
-    count_histogram(plan.totals, tile_width + 1, out=both[:bins])
-    host = both.get().view(np.int64)  # device-to-host sync: histogram and spill size
-    hist = _layout.checked_histogram(host[:bins], tile_width)
+    hist, spilled = _read_counts(both, plan.totals, tile_width)
     slots = _layout.auto_slots(hist, tile_width)
     n_over = _layout.slot_overflow(hist, slots)
     nnz = _layout.histogram_nnz(hist)
     check_storage((m, n), tile_width, slots)
-    if host[bins] > plan.spill_capacity:
+    if spilled > plan.spill_capacity:
         variant = plan.variant
         del parts, plan  # freed before the second launch allocates its own
-        return matmul_pack(x, w, tile_width, slots, max(n_over, 1), variant), slots, nnz
+        return matmul_pack(x, w, tile_width, slots, max(n_over, 1), variant)[0], slots, nnz
     result = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
     if n_over:
         offset, row_starts = _overflow_offsets(plan.totals, slots)

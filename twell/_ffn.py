@@ -136,13 +136,12 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     be = _backend.backend(xp)
     shape = (m, w.shape[0])
     if be.matmul_pack_supported(x, w, tile_width):
-        nnz = None  # known only when slots="auto" counted every pair
         if slots == "auto":
             check_storage(shape, tile_width)
             parts, slots, nnz = be.matmul_pack_auto(x, w, tile_width)
         else:
             check_storage(shape, tile_width, slots)
-            parts = be.matmul_pack(x, w, tile_width, slots)
+            parts, nnz = be.matmul_pack(x, w, tile_width, slots)
         return TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
     acc = accumulator_dtype(out)
     z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)

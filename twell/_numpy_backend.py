@@ -85,13 +85,14 @@ def count_histogram(counts, size):
 
 
 def pack_dense(dense, tile_width, slots, n_over=None):
-    """Dense matrix -> TwELL parts. NaN and Inf count as non-zeros.
+    """Dense matrix -> ``(parts, nnz)``. NaN and Inf count as non-zeros.
 
     ``n_over`` (the overflow size, when the caller knows it) is for the GPU twin, which would
     otherwise read it back; here it is not needed.
     """
     rows, cols = np.nonzero(is_nonzero(dense))  # row-major order: sorted by (row, column)
-    return pack_sorted_coo(rows, cols, dense[rows, cols], dense.shape, tile_width, slots)
+    parts = pack_sorted_coo(rows, cols, dense[rows, cols], dense.shape, tile_width, slots)
+    return parts, rows.size
 
 
 def pack_csr(indptr, indices, data, shape, tile_width, slots, n_over=None):

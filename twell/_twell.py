@@ -802,7 +802,8 @@ def _pack(src, tile_width, slots):
     Every TwELL matrix that twell builds passes here: the storage limit is checked
     before the per-(row, tile) arrays are allocated. With ``slots="auto"`` the per-tile
     counts give the overflow size and the number of entries too, so the pack need not read
-    them back from the GPU; with slots given, ``nnz`` is None (unknown without a read).
+    them back from the GPU; with slots given, a dense input's pack counts ``nnz`` in the read
+    it makes anyway (the overflow size), and a canonical CSR input's is its length.
     """
     be = _backend_of(_backend.array_module(src.data if src.kind == "csr" else src.array))
     check_storage(src.shape, tile_width, 1 if slots == "auto" else slots)
@@ -818,9 +819,11 @@ def _pack(src, tile_width, slots):
         nnz = _layout.histogram_nnz(hist)
         check_storage(src.shape, tile_width, slots)
     if src.kind == "dense":
-        return be.pack_dense(src.array, tile_width, slots, n_over=n_over), nnz
+        parts, counted = be.pack_dense(src.array, tile_width, slots, n_over=n_over)
+        return parts, counted if nnz is None else nnz
+    # A canonical CSR holds exactly its entries: its length is the count, with no read.
     return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots,
-                       n_over=n_over), nnz
+                       n_over=n_over), int(src.indices.size)
 
 
 def _tile_counts_histogram(tile_counts, tile_width):

@@ -114,12 +114,13 @@ def check(swap, rng):
     ok = True
     for (m, k, n), tile_width, slots in cases:
         x, w = operands(rng, m, k, n)
-        want = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
-        mma = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="mma")
+        # matmul_pack returns (parts, nnz): the parts are compared.
+        want = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")[0]
+        mma = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="mma")[0]
         with swap():
-            got = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")
+            got = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")[0]
             tight = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1,
-                                              variant="sm90")
+                                              variant="sm90")[0]
         cupy.cuda.Device().synchronize()
         verdict = same_bits(got, want) and same_bits(tight, want) and same_bits(want, mma)
         nnz = int(got.counts.sum()) + got.overflow_data.size
