@@ -1048,9 +1048,7 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
                         plan.spill_data, counter=both[-1:],
                         zero_fill=False)  # twell_reslot reads the counted slots only
     hist, spilled = _read_counts(both, plan.totals, tile_width)
-    slots = _layout.auto_slots(hist, tile_width)
-    n_over = _layout.slot_overflow(hist, slots)
-    nnz = _layout.histogram_nnz(hist)
+    slots, n_over, nnz = _layout.auto_choice(hist, tile_width)
     check_storage((m, n), tile_width, slots)
     if spilled > plan.spill_capacity:
         variant = plan.variant

@@ -123,6 +123,14 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     return int(min(max(ok[0], 1), tile_width))
 
 
+def auto_choice(tile_counts_histogram, tile_width):
+    """``(slots, n_over, nnz)`` of ``slots="auto"`` from a histogram of per-tile counts: the
+    slot count :func:`auto_slots` picks, the overflow it leaves and the entries counted."""
+    slots = auto_slots(tile_counts_histogram, tile_width)
+    return (slots, slot_overflow(tile_counts_histogram, slots),
+            histogram_nnz(tile_counts_histogram))
+
+
 def checked_histogram(hist, tile_width):
     """A host copy of ``count_histogram(counts, tile_width + 1)`` without its last bin, the
     counts outside ``[0, tile_width]``, which must be empty: a per-tile count never exceeds

@@ -814,9 +814,7 @@ def _pack(src, tile_width, slots):
         else:
             counts = be.tile_counts_csr(src.indptr, src.indices, src.shape, tile_width)
         hist = _tile_counts_histogram(counts, tile_width)
-        slots = _layout.auto_slots(hist, tile_width)
-        n_over = _layout.slot_overflow(hist, slots)
-        nnz = _layout.histogram_nnz(hist)
+        slots, n_over, nnz = _layout.auto_choice(hist, tile_width)
         check_storage(src.shape, tile_width, slots)
     if src.kind == "dense":
         parts, counted = be.pack_dense(src.array, tile_width, slots, n_over=n_over)
