@@ -5,7 +5,7 @@ paper's up projection: x (M = 16384, D = 2048), w (H = 5632, D), bf16 (``--dtype
 for fp16), sparsity set by the bias-column trick. Prints one line per contender with its
 TFLOP/s (2 M D H flops).
 Usage (GPU machine, repository root): PYTHONPATH=. python benchmarks/ffn_dev.py [--stages]
-[--once] [--dtype float16]
+[--gated] [--once] [--dtype float16]
 """
 
 import argparse
@@ -28,6 +28,9 @@ p.add_argument("--reps", type=int, default=20)
 p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
 p.add_argument("--stages", action="store_true",
                help="also time each step of matmul_to_twell's slots='auto' path")
+p.add_argument("--gated", action="store_true",
+               help="time each step of the gated FFN instead, its up projection both ways (a "
+                    "dot product per gate entry, or cuBLAS's whole product read at the entries)")
 p.add_argument("--once", action="store_true",
                help="only run matmul_to_twell once with slots='auto' and once with 13 slots at "
                     "the first sparsity, then exit: a short process for a profiler, e.g. "
@@ -86,22 +89,24 @@ if args.once:
     print(f"auto: {auto.slots} slots, nnz {auto.nnz}; given: 13 slots, nnz {given.nnz}")
     raise SystemExit(0)
 
-print(f"{'sparsity':>8} {'contender':<40} {'ms':>8} {'TFLOP/s':>8}")
-for s in map(float, args.sparsities.split(",")):
-    w = w0.copy()
-    w[:, 0] = -ndtri(s)
-    w = w.astype(dtype)
-    ref = twell.TwELLMatrix(cupy.maximum(x @ w.T, 0))
-    smax = int(ref.tile_nnz().max())
-    fused = twell.matmul_to_twell(x, w, slots=smax)
-    rows = contenders(w, smax)
-    err = float(cupy.abs(fused.toarray().astype(np.float32)
-                         - ref.toarray().astype(np.float32)).max())
-    print(f"# sparsity {s}: density {ref.nnz / ref.shape[0] / ref.shape[1]:.4f}, max tile {smax}, "
-          f"fused vs cuBLAS max |diff| {err:.3g}, fused nnz {fused.nnz} vs {ref.nnz}")
-    for name, fn in rows.items():
-        t = timed(fn)
-        print(f"{s:>8} {name:<40} {t:8.3f} {flops / t / 1e9:8.1f}", flush=True)
+if not args.gated:  # --gated times the gated FFN's steps only
+    print(f"{'sparsity':>8} {'contender':<40} {'ms':>8} {'TFLOP/s':>8}")
+    for s in map(float, args.sparsities.split(",")):
+        w = w0.copy()
+        w[:, 0] = -ndtri(s)
+        w = w.astype(dtype)
+        ref = twell.TwELLMatrix(cupy.maximum(x @ w.T, 0))
+        smax = int(ref.tile_nnz().max())
+        fused = twell.matmul_to_twell(x, w, slots=smax)
+        rows = contenders(w, smax)
+        err = float(cupy.abs(fused.toarray().astype(np.float32)
+                             - ref.toarray().astype(np.float32)).max())
+        density = ref.nnz / ref.shape[0] / ref.shape[1]
+        print(f"# sparsity {s}: density {density:.4f}, max tile {smax}, "
+              f"fused vs cuBLAS max |diff| {err:.3g}, fused nnz {fused.nnz} vs {ref.nnz}")
+        for name, fn in rows.items():
+            t = timed(fn)
+            print(f"{s:>8} {name:<40} {t:8.3f} {flops / t / 1e9:8.1f}", flush=True)
 
 
 def auto_stages(w):
@@ -140,3 +145,64 @@ if args.stages:
     print(f"# slots='auto' at 99%: S={slots}")
     for name, fn in stages.items():
         print(f"{name:<48} {timed(fn):8.3f} ms", flush=True)
+
+
+def gated_stages(w):
+    """The gated FFN's steps at the gate relu(x @ w.T), each timed alone (ms), its up
+    projection both ways, and the whole layer with each way forced."""
+    gate = twell.matmul_to_twell(x, w)
+    parts, shape = gate._parts, gate.shape
+    h = twell.TwELLMatrix._from_parts(gb.gated_up(parts, shape, 256, x, wu), shape, 256,
+                                      gate.nnz)
+    up = gb._gemm_nt_float32(x, wu)
+    way = gb.gated_up_way
+
+    def forced(variant):
+        def run():
+            gb.gated_up_way = lambda *a: variant
+            try:
+                return twell.sparse_ffn(x, w, wu, wd)
+            finally:
+                gb.gated_up_way = way
+        return run
+
+    take = _kernels_take(parts, shape, up)
+    return gate, {
+        "gate: matmul_to_twell (auto)": lambda: twell.matmul_to_twell(x, w),
+        "up, dot per entry (twell_gated_up)": lambda: gb.gated_up(parts, shape, 256, x, wu,
+                                                                  variant="dot"),
+        "up, whole (GemmEx float32 + twell_gated_take)": lambda: gb.gated_up(
+            parts, shape, 256, x, wu, variant="dense"),
+        "  GemmEx float32 alone": lambda: gb._gemm_nt_float32(x, wu),
+        "  cupy.matmul bf16 (for scale)": lambda: x @ wu.T,
+        "  twell_gated_take alone": take,
+        "down: h @ w_down.T (twell's choice)": lambda: h @ wd.T,
+        "layer, up forced dot": forced("dot"),
+        "layer, up forced whole": forced("dense"),
+        "layer, twell.sparse_ffn (its choice)": lambda: twell.sparse_ffn(x, w, wu, wd),
+        "layer, dense (3 cupy GEMMs)": lambda: (cupy.maximum(x @ w.T, 0) * (x @ wu.T)) @ wd.T,
+    }
+
+
+def _kernels_take(parts, shape, up):
+    m, k = shape
+    out, over = cupy.empty_like(parts.data), cupy.empty_like(parts.overflow_data)
+    kernel = gb._kernels.function("ffn.cu", gb._expr("twell_gated_take", x.dtype))
+    items = parts.data.size + parts.overflow_indices.size
+    args = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+            parts.overflow_indices, parts.overflow_data, gb._i64(m), gb._i64(k), gb._i32(256),
+            gb._i32(parts.data.shape[2]), gb._i64(parts.overflow_indices.size), up, out, over)
+    return lambda: kernel(gb._blocks(items, gb._BLOCK), (gb._BLOCK,), args)
+
+
+if args.gated:
+    for s in map(float, args.sparsities.split(",")):
+        w = w0.copy()
+        w[:, 0] = -ndtri(s)
+        w = w.astype(dtype)
+        gate, stages = gated_stages(w)
+        density = gate.nnz / gate.shape[0] / gate.shape[1]
+        print(f"# gated FFN at {s}: gate density {density:.4f}, S={gate.slots}, model picks "
+              f"{gb.gated_up_way(args.m, args.h, args.d, x.dtype, gate.nnz)}")
+        for name, fn in stages.items():
+            print(f"{s:>8} {name:<48} {timed(fn):8.3f} ms", flush=True)

@@ -2,7 +2,7 @@
 // and packs each block of its output into TwELL in the epilogue, so the dense M x N product is
 // never written to global memory; twell_spill_to_overflow then moves the entries past the slots
 // into the CSR overflow. twell_gated_up (at the end) computes the gated FFN's up projection
-// at the gate's entries only.
+// at the gate's entries only; twell_gated_take takes it from a dense up projection instead.
 //
 // The GEMM (mma.sync m16n8k16, 16-bit inputs, fp32 accumulation; sm_80+):
 //   block tile 128 x 256 x 64, 8 warps as 2 x 4, each 64 x 64 (128 fp32 accumulators a thread);
@@ -306,5 +306,42 @@ __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restri
     const long long col = overflow_indices[e];
     const auto up = warp_dot<T, VEC>(x + row * depth, w_up + col * depth, depth, lane);
     if (lane == 0) overflow_out[e] = Value<T>::from_acc(Value<T>::to_acc(overflow_gate[e]) * up);
+  }
+}
+
+// The gated FFN's hidden activations from a dense up projection: out = gate * up[row, col] at
+// each of the gate's entries, rounded once to T, in the gate's storage (the slots past a count
+// written as zeros). up (M, H) float32 row-major holds x @ w_up^T (cuBLAS, fp32 accumulation
+// and output): where the gate is dense enough, computing it all on tensor cores beats
+// twell_gated_up's dot product per entry (the launcher's cost model).
+// Threads 0 .. M * n_tiles * S - 1 take one slot each; the next n_over one overflow entry each
+// (its row by binary search in overflow_indptr).
+// Grid: ceil((M * n_tiles * S + n_over) / block) blocks.
+template <typename T>
+__global__ void twell_gated_take(const int* __restrict__ counts, const T* __restrict__ gate,
+                                 const unsigned short* __restrict__ indices,
+                                 const long long* __restrict__ overflow_indptr,
+                                 const int* __restrict__ overflow_indices,
+                                 const T* __restrict__ overflow_gate, long long n_rows,
+                                 long long n_cols, int tile_width, int slots, long long n_over,
+                                 const float* __restrict__ up, T* __restrict__ out,
+                                 T* __restrict__ overflow_out) {
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long n_slots = n_rows * tiles * slots;
+  const long long at = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (at < n_slots) {
+    const long long pair = at / slots;
+    T h = Value<T>::zero();
+    if (at - pair * slots < counts[pair]) {
+      const long long row = pair / tiles;
+      const long long col = (pair - row * tiles) * tile_width + indices[at];
+      h = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up[row * n_cols + col]);
+    }
+    out[at] = h;
+  } else if (at - n_slots < n_over) {
+    const long long e = at - n_slots;
+    const long long row = row_of(overflow_indptr, n_rows, e);
+    overflow_out[e] = Value<T>::from_acc(Value<T>::to_acc(overflow_gate[e]) *
+                                         up[row * n_cols + overflow_indices[e]]);
   }
 }

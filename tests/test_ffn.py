@@ -2,6 +2,7 @@
 
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 from helpers import BF16, F16, F32, F64, MATMUL_RTOL, assert_same_bits, cast, rel_err, tile_counts
@@ -358,12 +359,17 @@ def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("depth", [72, 37], ids=["vectors", "scalars"])
-def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth):
-    # twell_gated_up against gate * (x[row] . w_up[col]) in float64, entry by entry, with the
-    # gate's structure kept (the slots past each count zero); the host version is held to the
-    # same bound. 16-byte vector loads when D = 72, one value at a time when D = 37.
+@pytest.mark.parametrize("variant", ["dot", "dense"])
+def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth, variant):
+    # Both ways of the gated up projection (twell_gated_up's dot product per entry;
+    # cuBLAS's float32 x @ w_up.T read by twell_gated_take, 16-bit only) against
+    # gate * (x[row] . w_up[col]) in float64, entry by entry, with the gate's structure kept
+    # (the slots past each count zero); the host version is held to the same bound. 16-byte
+    # vector loads when D = 72, one value at a time when D = 37.
     from twell import _cupy_backend, _numpy_backend
 
+    if variant == "dense" and dtype not in (F16, BF16):
+        pytest.skip("the dense up projection is for 16-bit values (test_gated_up_errors)")
     x, wg, wu, _ = _weights(rng, 300, depth, 777, 1.0, dtype)
     gate = matmul_to_twell(x, wg, tile_width=64, slots=2)
     assert gate.overflow_nnz > 0
@@ -373,10 +379,12 @@ def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth):
     want = g64 * (x64 * w64).sum(axis=1)
     bound = MATMUL_RTOL[dtype] * np.abs(g64) * (np.abs(x64) * np.abs(w64)).sum(axis=1)
     dev_parts = type(gate._parts)(*(gpu.asarray(p) for p in gate._parts))
+    gpu.poison()
+    dev = _cupy_backend.gated_up(dev_parts, gate.shape, 64, gpu.asarray(x), gpu.asarray(wu),
+                                 variant=variant)
     for name, got in [
         ("host", _numpy_backend.gated_up(gate._parts, gate.shape, 64, x, wu)),
-        ("gpu", _cupy_backend.gated_up(dev_parts, gate.shape, 64, gpu.asarray(x),
-                                       gpu.asarray(wu))),
+        ("gpu", dev),
     ]:
         h = twell.TwELLMatrix._from_parts(type(got)(*(gpu.to_host(p) for p in got)),
                                           gate.shape, 64)
@@ -386,4 +394,78 @@ def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth):
         unused = np.arange(gate.slots) >= gate.counts[..., None]
         assert not _f64(h.data)[unused].any(), name
         got_values = _f64(h.toarray()[rows, cols])
-        assert (np.abs(got_values - want) <= bound + 1e-300).all(), name
+        # A product below the dtype's normal range rounds to its subnormal spacing.
+        tiny = float(ml_dtypes.finfo(dtype).smallest_subnormal)
+        assert (np.abs(got_values - want) <= bound + tiny).all(), name
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("shape", [(3, 24, 5), (130, 40, 300), (2, 0, 4), (0, 8, 3)])
+def test_gemm_nt_float32_against_float64(gpu, rng, dtype, shape):
+    # cuBLAS GemmEx with a float32 output: x @ w.T of 16-bit inputs, accumulated and stored in
+    # float32 (so within float32 rounding of the float64 product, far inside 16-bit rounding).
+    from twell import _cupy_backend
+
+    m, k, n = shape
+    x, w = cast(rng.standard_normal((m, k)), dtype), cast(rng.standard_normal((n, k)), dtype)
+    gpu.poison()
+    got = _cupy_backend._gemm_nt_float32(gpu.asarray(x), gpu.asarray(w))
+    assert got.dtype == np.float32 and got.shape == (m, n)
+    want = _f64(x) @ _f64(w).T
+    bound = 1e-6 * (np.abs(_f64(x)) @ np.abs(_f64(w)).T) + 1e-30
+    assert (np.abs(_f64(gpu.to_host(got)) - want) <= bound).all()
+
+
+def test_gated_up_errors(gpu, rng):
+    from twell import _cupy_backend
+
+    x, wg, wu, _ = _weights(rng, 20, 16, 40, 0.0, F32)
+    gate = matmul_to_twell(gpu.asarray(x), gpu.asarray(wg), tile_width=8, slots=2)
+    for variant, match in [("dense", "float16 or bfloat16"), ("sparse", "variant must be")]:
+        with pytest.raises(ValueError, match=match):
+            _cupy_backend.gated_up(gate._parts, gate.shape, 8, gpu.asarray(x), gpu.asarray(wu),
+                                   variant=variant)
+
+
+@pytest.mark.parametrize("nnz, way", [(None, "dot"), (0, "dot"), (5 * 10**5, "dot"),
+                                      (2 * 10**6, "dense")])
+def test_gated_up_way_follows_the_cost_model(gpu, nnz, way):
+    # The paper's gate (16384 x 5632, d_model 2048): the whole product pays from ~1% of it
+    # (0.92 M entries) on; an unknown count never takes it.
+    from twell import _cupy_backend
+
+    assert _cupy_backend.gated_up_way(16384, 5632, 2048, BF16, nnz) == way
+    assert _cupy_backend.gated_up_way(16384, 5632, 2048, F32, nnz) == "dot"
+
+
+def test_dense_up_pays_from_about_one_percent():
+    # The cost model alone (no GPU): at the paper's gate (16384 x 5632, d_model 2048) the
+    # whole product pays between 0.5% and 2% non-zero, never for an unknown count or a small
+    # product, and once it pays it pays for every denser gate.
+    from twell import _layout
+
+    m, h, d = 16384, 5632, 2048
+    assert not _layout.dense_up_pays(m, h, d, None)
+    assert not _layout.dense_up_pays(m, h, d, int(0.005 * m * h))
+    assert _layout.dense_up_pays(m, h, d, int(0.02 * m * h))
+    assert not _layout.dense_up_pays(64, 64, 64, 64 * 64)
+    pays = [_layout.dense_up_pays(m, h, d, int(p * m * h)) for p in np.linspace(0, 1, 101)]
+    assert pays == sorted(pays)
+
+
+def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng, monkeypatch):
+    # A gate ~16% non-zero on a product past DENSE_PRODUCT_MIN_WORK (512 x 8192 x 1024): the
+    # layer computes x @ w_up.T whole (once) and is still the float64 layer within bf16
+    # rounding.
+    from twell import _cupy_backend
+
+    calls = []
+    whole = _cupy_backend._gemm_nt_float32
+    monkeypatch.setattr(_cupy_backend, "_gemm_nt_float32",
+                        lambda *a: calls.append(a[1].shape) or whole(*a))
+    x, wg, wu, wd = _weights(rng, 512, 1024, 8192, 1.0, BF16)
+    gpu.poison()
+    got = sparse_ffn(*(gpu.asarray(a) for a in (x, wg, wu, wd)))
+    assert calls == [(8192, 1024)]
+    want = (np.maximum(_f64(x) @ _f64(wg).T, 0) * (_f64(x) @ _f64(wu).T)) @ _f64(wd).T
+    assert rel_err(_f64(gpu.to_host(got)), want) <= 1e-2

@@ -1069,27 +1069,102 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
     return result, slots, nnz
 
 
-def gated_up(parts, shape, tile_width, x, w_up):
+#: cudaDataType_t of the 16-bit inputs and the float32 output of :func:`_gemm_nt_float32`
+#: (CUDA's library_types.h).
+_CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0}
+
+
+def _gemm_nt_float32(x, w):
+    """``x @ w.T`` as float32 (M, N) from 16-bit ``x`` (M, K) and ``w`` (N, K), both
+    C-contiguous and of one dtype: cuBLAS ``GemmEx`` on tensor cores with float32 accumulation
+    and a float32 output (``cupy.matmul`` would round the products to the inputs' dtype)."""
+    from cupy_backends.cuda.libs import cublas
+
+    m, k = x.shape
+    n = w.shape[0]
+    out = cupy.empty((m, n), dtype=np.float32)
+    if k == 0:
+        out.fill(0)
+    if k == 0 or out.size == 0:
+        return out
+    limit = np.iinfo(np.int32).max
+    if max(m, n, k) > limit:
+        raise ValueError(f"cuBLAS takes dimensions up to {limit}; got x.shape={x.shape}, "
+                         f"w.shape={w.shape}")
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+    mode = cublas.getPointerMode(handle)
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    dtype = _CUDA_R[x.dtype.name]
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    try:
+        # Column-major view: out^T (N x M) = w^T (w is K x N column-major) @ x (K x M).
+        cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n, m, k,
+                      one.ctypes.data, w.data.ptr, dtype, k, x.data.ptr, dtype, k,
+                      zero.ctypes.data, out.data.ptr, _CUDA_R["float32"], n,
+                      cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
+    finally:
+        cublas.setPointerMode(handle, mode)
+    return out
+
+
+def gated_up_way(m, h, d, dtype, nnz_hint):
+    """How :func:`gated_up` runs by default: ``"dense"`` (cuBLAS's whole ``x @ w_up.T`` in
+    float32, then ``twell_gated_take``) where :func:`twell._layout.dense_up_pays` says so for
+    the gate's ``nnz_hint`` entries (16-bit values; the float32 product takes at most 1/8 of
+    the device's memory), ``"dot"`` (``twell_gated_up``) otherwise. No host sync."""
+    dense = (np.dtype(dtype).itemsize == 2 and _layout.dense_up_pays(m, h, d, nnz_hint)
+             and m * h * 4 <= _device_bytes() // _DENSE_SHARE)
+    return "dense" if dense else "dot"
+
+
+def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None, variant=None):
     """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
 
     ``parts`` is the gate (M, H); ``x`` (M, D) and ``w_up`` (H, D) are C-contiguous and of the
-    parts' dtype. Each product is one warp's float32 (float64) dot product, rounded once
-    (``twell_gated_up``). Products that come out zero stay stored: the result feeds a product
-    at once and is never handed to the user.
+    parts' dtype. Each product accumulates in float32 (float64) and rounds once, in one of two
+    ways (:func:`gated_up_way`, by the gate's entry count ``nnz_hint``): ``twell_gated_up``, a
+    warp's dot product per entry (x and w_up rows read from L2: its time grows with the
+    entries), or, for a dense enough 16-bit gate, cuBLAS's whole ``x @ w_up.T`` in float32
+    (an ``M x H`` float32 temporary) and ``twell_gated_take`` at the gate's entries; the
+    dot product runs instead if the temporary cannot be allocated. Products that come out
+    zero stay stored: the result feeds a product at once and is never handed to the user.
+    ``variant`` (private: tests and benchmarks) forces ``"dot"`` or ``"dense"``.
     """
     m, k = shape
     depth = x.shape[1]
     dtype = parts.data.dtype
+    chosen = variant is None
+    if chosen:
+        variant = gated_up_way(m, k, depth, dtype, nnz_hint)
+    if variant not in ("dot", "dense"):
+        raise ValueError(f"variant must be None, 'dot' or 'dense'; got {variant!r}")
+    if variant == "dense" and dtype not in _kernels.HALF_DTYPES:
+        raise ValueError(f"the dense up projection takes float16 or bfloat16; got {dtype}")
     out = cupy.empty_like(parts.data)
     overflow_out = cupy.empty_like(parts.overflow_data)
     n_over = parts.overflow_indices.size
+    common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+              parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
+              _i32(parts.data.shape[2]), _i64(n_over))
+    if variant == "dense":
+        try:
+            up = _gemm_nt_float32(x, w_up)
+        except cupy.cuda.memory.OutOfMemoryError:
+            if not chosen:
+                raise
+            return gated_up(parts, shape, tile_width, x, w_up, variant="dot")
+        items = parts.data.size + n_over
+        if items:
+            kernel = _kernels.function("ffn.cu", _expr("twell_gated_take", dtype))
+            # One thread per slot, then one per overflow entry.
+            kernel(_blocks(items, _BLOCK), (_BLOCK,), (*common, up, out, overflow_out))
+        return parts._replace(data=out, overflow_data=overflow_out)
     items = parts.counts.size + n_over
     if items:
         vec = _vec(dtype, depth % _kernels.vector_width(dtype) == 0, _aligned(x, w_up))
         kernel = _kernels.function("ffn.cu", _expr("twell_gated_up", dtype, vec))
         # One warp per (row, tile) pair, then one per overflow entry.
         kernel(_blocks(items, _WARPS), (_BLOCK,), (
-            parts.counts, parts.data, parts.indices, parts.overflow_indptr,
-            parts.overflow_indices, parts.overflow_data, _i64(m), _i64(k), _i32(tile_width),
-            _i32(parts.data.shape[2]), _i64(n_over), x, w_up, _i64(depth), out, overflow_out))
+            *common, x, w_up, _i64(depth), out, overflow_out))
     return parts._replace(data=out, overflow_data=overflow_out)

@@ -184,7 +184,12 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     -----
     The gate (or, not gated, the up projection) is :func:`matmul_to_twell`, fused on the GPU.
     The gated up projection is one dot product per entry of the gate (a warp each on the GPU,
-    ``twell_gated_up``), and the down projection is the TwELL SpMM. Up-projection products
+    ``twell_gated_up``), except on the GPU for 16-bit values where the gate is dense enough
+    that the whole product pays (about 0.9% non-zero at the paper's shape; the cost model is
+    ``twell._layout.dense_up_pays``): there cuBLAS computes ``x @ w_up.T`` in float32 (an
+    ``M x hidden`` float32 temporary) and ``twell_gated_take`` reads it at the gate's
+    entries. Either way each product accumulates in float32 and rounds once. The down
+    projection is the TwELL SpMM, which picks its own way by density. Up-projection products
     that come out exactly zero stay stored in the intermediate, so that the layer computes
     what the dense layer computes (``0 * inf`` in ``w_down`` is NaN in both).
 
@@ -229,6 +234,6 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     # The up projection at the gate's entries only; products that come out zero stay stored
     # in this intermediate, which only feeds the down projection (as a dense layer would).
     parts = be.gated_up(gate._parts, gate.shape, gate.tile_width, _as(be, x, out),
-                        _as(be, w_up, out))
+                        _as(be, w_up, out), gate._nnz_hint)
     h = TwELLMatrix._from_parts(parts, gate.shape, gate.tile_width, gate._nnz_hint)
     return _matmul(h, w_down.T)

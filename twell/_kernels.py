@@ -128,6 +128,7 @@ INSTANCES = {
                      for v in (1, vector_width(d))]),
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
                + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")
+               + [f"twell_gated_take<{CTYPES[d]}>" for d in HALF_DTYPES]
                + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16"],
 }

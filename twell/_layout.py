@@ -186,3 +186,28 @@ def dense_product_pays(m, k, n, itemsize, nnz):
     if nnz is None or n < 1 or m * k * n < DENSE_PRODUCT_MIN_WORK:
         return False
     return nnz > dense_product_density(n, itemsize) * m * k
+
+
+#: The gated FFN's up projection on a GPU for 16-bit values (``_cupy_backend.gated_up``):
+#: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
+#: whose x and w_up rows come from L2. Its alternative is cuBLAS's whole product in float32
+#: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. On the paper's gate
+#: (M = 16384, hidden 5632, d_model 2048; H200, ``benchmarks/NOTES.md``, eighteenth session)
+#: the dot products took 0.624 ms at 0.99% non-zero, 1.044 at 2.0%, 2.24 at 5.0% and 4.32
+#: at 10% (a slope of 2.2e-13 plus ~0.2 ms that grows with the slots), the whole product
+#: 0.558, 0.573, 0.608 and 0.646: this is the effective cost near the crossover, which it
+#: puts at ~0.9% non-zero, where the two measured even.
+GATED_DOT_SECONDS = 3.7e-13
+
+
+def dense_up_pays(m, h, d, nnz):
+    """Whether the gated FFN's up projection (``x`` of shape ``(m, d)``, ``w_up`` ``(h, d)``)
+    at a gate of ``nnz`` entries is faster computed whole (``x @ w_up.T`` in float32 by cuBLAS,
+    then read at the entries) than as a dot product per entry, in the model above:
+    ``nnz * d * GATED_DOT_SECONDS > m * h * d / GEMM_MACS + 4 * m * h / DENSIFY_BYTES``, for
+    16-bit values. At the paper's shape the crossover is ~0.9% of the gate non-zero.
+    ``nnz=None`` answers False, as do products below ``DENSE_PRODUCT_MIN_WORK``."""
+    if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
+        return False
+    dense = m * h * d / GEMM_MACS[2] + 4 * m * h / DENSIFY_BYTES
+    return nnz * d * GATED_DOT_SECONDS > dense

@@ -147,11 +147,12 @@ def matmul_pack_supported(x, w, tile_width):
 _UP_CHUNK = 1 << 22
 
 
-def gated_up(parts, shape, tile_width, x, w_up):
+def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
 
     As ``_cupy_backend.gated_up``: the dot products accumulate in float32 (float64 for
-    float64) and round once; products that come out zero stay stored.
+    float64) and round once; products that come out zero stay stored. ``nnz_hint`` (the
+    GPU's choice of way) is not used: the CPU computes a dot product per entry.
     """
     m, nt, slots = parts.data.shape
     used = np.arange(slots) < parts.counts[..., None]
