@@ -59,9 +59,9 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
 //   x (M, K) and w (N, K) row-major T, K % 8 == 0, 16-byte aligned; tile_width in
 //   {8, 16, ..., 256}; counts, totals (M, n_tiles) int; data, indices (M, n_tiles, S);
 //   spill_start (M, n_tiles) (written only for pairs with total > S); *spill_used zeroed by the
-//   launcher, holds sum over pairs of max(total - S, 0) afterwards. With spill_capacity 0
-//   nothing spills (spill_start and *spill_used stay untouched): entries past the slots are
-//   only counted in totals.
+//   launcher, holds sum over pairs of max(total - S, 0) afterwards; spill_capacity >= 1 (a
+//   pair whose run does not fit gets spill_start -1 and writes nothing: the launcher sees
+//   *spill_used > spill_capacity and reruns with room for all).
 //   zero_fill 0 leaves the slots past each pair's count unwritten: for a caller that reads
 //   only the first counts[pair] slots (twell_reslot, after the slots="auto" launch), it saves
 //   the writes of every empty slot (most of them at a provisional S of tile_width / 8).

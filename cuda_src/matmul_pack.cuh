@@ -172,8 +172,7 @@ __device__ __forceinline__ void pack_staged_block(
           totals[pair] = total;
         }
       }
-      // spill_capacity 0: no spill (entries past the slots are only counted in totals).
-      const bool spills = tile_ok && total > slots && spill_capacity > 0;
+      const bool spills = tile_ok && total > slots;
       if (__any_sync(kFullMask, spills)) {
         unsigned long long start = 0;
         if (spills && lane_in_tile == 0)

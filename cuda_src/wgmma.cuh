@@ -213,8 +213,7 @@ __device__ __forceinline__ void pack_accumulators(
       const int owner = t & 3;
       const bool ok = row_ok && tile < tiles;
       const long long pair = row * tiles + tile;
-      // spill_capacity 0: no spill (entries past the slots are only counted in totals).
-      const bool spills = ok && total > slots && spill_capacity > 0;
+      const bool spills = ok && total > slots;
       unsigned long long start = 0;
       if (spills && q == owner)
         start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
@@ -260,7 +259,7 @@ __device__ __forceinline__ void pack_accumulators(
       if (r < slots) {
         data[pair * slots + r] = value;
         indices[pair * slots + r] = static_cast<unsigned short>(in_tile);
-      } else if (spill_capacity > 0) {
+      } else {
         const long long start = spill_start[pair];
         if (start >= 0) {
           spill_indices[start + (r - slots)] = static_cast<int>(tile * tile_width + in_tile);

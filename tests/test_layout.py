@@ -44,6 +44,23 @@ def test_auto_slots_default_fraction(hist, tile_width):
     assert twell.auto_slots(np.array(hist), tile_width) == brute_auto_slots(hist, tile_width)
 
 
+@given(hist=histograms(), tile_width=st.integers(1, 300))
+def test_auto_choice_is_auto_slots_its_overflow_and_nnz(hist, tile_width):
+    # The one-pass choice of the launchers against the definitions, one at a time; trailing
+    # empty bins (a wide histogram of a sparse matrix) change nothing.
+    slots = brute_auto_slots(hist, tile_width)
+    nnz = sum(c * n for c, n in enumerate(hist))
+    want = (slots, brute_overflow(hist, slots), nnz)
+    assert _layout.auto_choice(np.array(hist), tile_width) == want
+    assert _layout.auto_choice(np.array(hist + [0] * 300), tile_width) == want
+    assert _layout.histogram_nnz(hist) == nnz
+
+
+def test_auto_slots_refuses_a_negative_fraction():
+    with pytest.raises(ValueError, match="fraction must be at least 0; got fraction=-0.1"):
+        twell.auto_slots(np.array([0, 5, 3]), 8, -0.1)
+
+
 @pytest.mark.parametrize("hist, tile_width, expected", [
     pytest.param([7], 256, 1, id="no-nonzeros"),
     pytest.param([0, 100], 256, 1, id="all-ones"),

@@ -84,14 +84,42 @@ def packed_words_per_tile(compression):
     return PACKED_TILE_WIDTH // compression
 
 
+def _counts(tile_counts_histogram):
+    """The histogram as a list of Python ints without its trailing zero bins. The choice of
+    slots runs on the host after the GPU's read-back while the GPU waits: plain integers over
+    the few occupied bins take a few microseconds where a dozen NumPy calls on all
+    ``tile_width + 1`` bins took ~50 (H200 host, eighteenth session)."""
+    hist = np.asarray(tile_counts_histogram, dtype=np.int64).reshape(-1)
+    occupied = np.flatnonzero(hist)
+    return hist[: occupied[-1] + 1].tolist() if occupied.size else []
+
+
+def _nnz(counts):
+    return sum(c * n for c, n in enumerate(counts))
+
+
+def _overflow(counts, slots):
+    return sum((c - slots) * n for c, n in enumerate(counts[slots + 1:], slots + 1))
+
+
+def _auto_slots(counts, nnz, tile_width, fraction):
+    # Overflow with s slots: sum over c > s of hist[c] * (c - s) = tail_nnz - s * tail_pairs,
+    # non-increasing in s; walk s up from 0, dropping bin s + 1 from the tails at each step.
+    tail_pairs, tail_nnz, s = sum(counts[1:]), nnz, 0
+    while tail_nnz - s * tail_pairs > fraction * nnz and s + 1 < len(counts):
+        s += 1
+        tail_pairs -= counts[s]
+        tail_nnz -= s * counts[s]
+    return min(max(s, 1), tile_width)
+
+
 def slot_overflow(tile_counts_histogram, slots):
     """Overflow entries for a slot count, from a histogram of per-tile counts.
 
     ``tile_counts_histogram[c]`` is the number of (row, tile) pairs holding
     ``c`` non-zeros; the overflow is ``sum_c hist[c] * max(c - slots, 0)``.
     """
-    c = np.arange(len(tile_counts_histogram))
-    return int((tile_counts_histogram * np.maximum(c - slots, 0)).sum())
+    return _overflow(_counts(tile_counts_histogram), slots)
 
 
 def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTION):
@@ -106,29 +134,19 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     fraction : float
         Allowed share of non-zeros in the overflow.
     """
-    hist = np.asarray(tile_counts_histogram, dtype=np.int64)
-    c = np.arange(len(hist), dtype=np.int64)
-    nnz = histogram_nnz(hist)
-    if nnz == 0:
-        return 1
-    # Entries that stay in the overflow with s slots: sum over c > s of
-    # hist[c] * (c - s) = (sum_{c>s} hist[c]*c) - s * (sum_{c>s} hist[c]).
-    above_nnz = np.cumsum((hist * c)[::-1])[::-1]  # above_nnz[s] = sum_{c>=s}
-    above_n = np.cumsum(hist[::-1])[::-1]
-    s = np.arange(len(hist), dtype=np.int64)
-    tail_nnz = np.append(above_nnz[1:], 0)  # sum_{c>s}
-    tail_n = np.append(above_n[1:], 0)
-    overflow = tail_nnz - s * tail_n
-    ok = np.nonzero(overflow <= fraction * nnz)[0]
-    return int(min(max(ok[0], 1), tile_width))
+    if not fraction >= 0:
+        raise ValueError(f"fraction must be at least 0; got fraction={fraction!r}")
+    counts = _counts(tile_counts_histogram)
+    return _auto_slots(counts, _nnz(counts), tile_width, fraction)
 
 
 def auto_choice(tile_counts_histogram, tile_width):
     """``(slots, n_over, nnz)`` of ``slots="auto"`` from a histogram of per-tile counts: the
     slot count :func:`auto_slots` picks, the overflow it leaves and the entries counted."""
-    slots = auto_slots(tile_counts_histogram, tile_width)
-    return (slots, slot_overflow(tile_counts_histogram, slots),
-            histogram_nnz(tile_counts_histogram))
+    counts = _counts(tile_counts_histogram)
+    nnz = _nnz(counts)
+    slots = _auto_slots(counts, nnz, tile_width, AUTO_OVERFLOW_FRACTION)
+    return slots, _overflow(counts, slots), nnz
 
 
 def checked_histogram(hist, tile_width):
@@ -144,8 +162,7 @@ def checked_histogram(hist, tile_width):
 
 def histogram_nnz(tile_counts_histogram):
     """Non-zeros counted by a histogram of per-tile counts: ``sum_c hist[c] * c``."""
-    hist = np.asarray(tile_counts_histogram, dtype=np.int64)
-    return int((hist * np.arange(len(hist), dtype=np.int64)).sum())
+    return _nnz(_counts(tile_counts_histogram))
 
 
 #: The cost model that chooses how ``A @ B`` runs on a GPU, by value itemsize, from the
@@ -193,11 +210,12 @@ def dense_product_pays(m, k, n, itemsize, nnz):
 #: whose x and w_up rows come from L2. Its alternative is cuBLAS's whole product in float32
 #: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. On the paper's gate
 #: (M = 16384, hidden 5632, d_model 2048; H200, ``benchmarks/NOTES.md``, eighteenth session)
-#: the dot products took 0.624 ms at 0.99% non-zero, 1.044 at 2.0%, 2.24 at 5.0% and 4.32
-#: at 10% (a slope of 2.2e-13 plus ~0.2 ms that grows with the slots), the whole product
-#: 0.558, 0.573, 0.608 and 0.646: this is the effective cost near the crossover, which it
-#: puts at ~0.9% non-zero, where the two measured even.
-GATED_DOT_SECONDS = 3.7e-13
+#: the dot products took 0.624 ms at 0.99% non-zero, 0.825 at 1.5%, 1.044 at 2.0%, 2.24 at
+#: 5.0% and 4.32 at 10%, the whole product 0.558 to 0.646; but in the whole layer the whole
+#: product's extra host work (the cuBLAS calls, with the GPU waiting after the gate's read)
+#: made it 0.036 ms slower at 0.99% and 0.21 faster at 1.5%: even at ~1.05%, where this
+#: value puts the model's crossover.
+GATED_DOT_SECONDS = 3.2e-13
 
 
 def dense_up_pays(m, h, d, nnz):
@@ -205,7 +223,7 @@ def dense_up_pays(m, h, d, nnz):
     at a gate of ``nnz`` entries is faster computed whole (``x @ w_up.T`` in float32 by cuBLAS,
     then read at the entries) than as a dot product per entry, in the model above:
     ``nnz * d * GATED_DOT_SECONDS > m * h * d / GEMM_MACS + 4 * m * h / DENSIFY_BYTES``, for
-    16-bit values. At the paper's shape the crossover is ~0.9% of the gate non-zero.
+    16-bit values. At the paper's shape the crossover is ~1% of the gate non-zero.
     ``nnz=None`` answers False, as do products below ``DENSE_PRODUCT_MIN_WORK``."""
     if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
         return False
