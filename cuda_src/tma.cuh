@@ -49,22 +49,25 @@ struct StageBarriers {
 // k tile, wait on its stage's full barrier (wait_full(barrier, parity)), run the stage's
 // wgmma, and once the previous tile's wgmma has completed, release that stage
 // (release_empty(its empty barrier), called by every lane: the caller picks the arriving
-// lanes and barriers). Returns with d complete.
+// lanes and barriers). Returns with d complete; the last k tile's stage is not released.
+// `first`: the ring position of the first k tile modulo 2 kStages (the stage and the
+// barriers' phase repeat with that period), for a kernel whose ring runs on across tiles.
 template <int kStages, typename T, typename WaitFull, typename ReleaseEmpty>
 __device__ __forceinline__ void consume_k_tiles(float (&d)[128], const T* smem,
                                                 const StageBarriers<kStages>& bars, int k_tiles,
                                                 int wg, WaitFull wait_full,
-                                                ReleaseEmpty release_empty) {
+                                                ReleaseEmpty release_empty, int first = 0) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) d[i] = 0.0f;
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % kStages;
-    wait_full(bars.full(s), (kt / kStages) & 1);
+    const int g = first + kt;
+    const int s = g % kStages;
+    wait_full(bars.full(s), (g / kStages) & 1);
     __syncwarp();  // the lanes leave the wait loop apart; wgmma is .aligned
     const T* const a_s = smem + s * (gemm::kAStage + gemm::kBStage);
     const T* const b_s = a_s + gemm::kAStage;
     wgmma_stage(d, a_s, b_s, wg);
-    if (kt > 0) release_empty(bars.empty((kt - 1) % kStages));
+    if (kt > 0) release_empty(bars.empty((g - 1) % kStages));
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_operands(d);

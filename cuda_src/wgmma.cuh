@@ -146,12 +146,15 @@ __device__ __forceinline__ unsigned long long shfl_mask(unsigned long long mask,
 // the block is done with it), word group c (4 words: h = c / 8, j = 4 (c % 8) + e) of
 // consumer thread t as 16 bytes at (c * 256 + t) * 16: conflict-free 128-bit stores. In
 // registers they would not fit: 9 warps put 3 on one quarter of the register file, 168
-// registers a thread at most, and the 64 words spilled.
+// registers a thread at most, and the 64 words spilled. kHalfWords: `words` is 32 KB (a
+// kernel that keeps its pipeline's stages busy meanwhile): the second row's 8 groups wait in
+// registers while the first row packs, then take the first row's place. A thread reads only
+// the words it wrote, so neither form needs a barrier.
 // Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
 // projection (H200) that epilogue cost 0.17 ms of the kernel's 0.64; this one 0.136 (the
 // kernel 0.609 ms), of which rounding and masks 0.065, counts, totals and zero fill 0.041,
 // the entries 0.030 (benchmarks/NOTES.md, sixteenth session).
-template <typename T>
+template <typename T, bool kHalfWords = false>
 __device__ __forceinline__ void pack_accumulators(
     const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
     long long n_cols, int tile_width, int slots, bool zero_fill, int* __restrict__ totals,
@@ -178,6 +181,7 @@ __device__ __forceinline__ void pack_accumulators(
   uint4* const groups = static_cast<uint4*>(words) + (wg * 128 + warp * kWarp + lane);
   // Both rows' words and masks first, so that the accumulators die before the packing.
   unsigned long long masks[2] = {0ull, 0ull};
+  uint4 later[kHalfWords ? 8 : 1];  // kHalfWords: the second row's groups
 #pragma unroll
   for (int c = 0; c < 16; ++c) {
     const int h = c >> 3;
@@ -192,10 +196,18 @@ __device__ __forceinline__ void pack_accumulators(
                             static_cast<unsigned>((two & 0x7fff0000u) != 0u) << 1;
       masks[h] |= static_cast<unsigned long long>(bits) << (2 * j);
     }
-    groups[c * kConsumers] = make_uint4(four[0], four[1], four[2], four[3]);
+    if (kHalfWords && c >= 8) {
+      later[c & 7] = make_uint4(four[0], four[1], four[2], four[3]);
+    } else {
+      groups[c * kConsumers] = make_uint4(four[0], four[1], four[2], four[3]);
+    }
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    if (kHalfWords && h == 1) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) groups[c * kConsumers] = later[c];
+    }
     const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
     const bool row_ok = row < n_rows;  // the same for the quad
     const unsigned long long mask = masks[h] & valid;
@@ -252,7 +264,8 @@ __device__ __forceinline__ void pack_accumulators(
       }
       // This thread's own word, stored above.
       const unsigned two =
-          reinterpret_cast<const unsigned*>(groups + (8 * h + (j >> 2)) * kConsumers)[j & 3];
+          reinterpret_cast<const unsigned*>(groups + ((kHalfWords ? 0 : 8 * h) + (j >> 2)) *
+                                                         kConsumers)[j & 3];
       const T value = from_bits<T>(static_cast<unsigned short>(two >> (16 * b)));
       const long long pair = row * tiles + tile;
       const int in_tile = 8 * j + 2 * q + b - t * tile_width;

@@ -41,16 +41,17 @@ def compile_kernels():
 
 
 class Persistent:
-    """Called as the launcher calls twell_matmul_pack_sm90_bf16; runs the prototype on the same
-    arguments with one block per SM (at most one per output tile) of 384 threads."""
+    """Called as the launcher calls twell_matmul_pack_sm90_bf16; runs a persistent prototype on
+    the same arguments with one block per SM (at most one per output tile) of ``threads``
+    (384 here) and ``smem`` bytes of dynamic shared memory."""
 
-    def __init__(self, kernel):
-        self.kernel = kernel
-        self.kernel.max_dynamic_shared_size_bytes = SMEM
+    def __init__(self, kernel, threads=THREADS, smem=SMEM):
+        self.kernel, self.threads, self.smem = kernel, threads, smem
+        self.kernel.max_dynamic_shared_size_bytes = smem
 
     def __call__(self, grid, block, args, shared_mem=0):
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        return self.kernel((min(grid[0], sms),), (THREADS,), args, shared_mem=SMEM)
+        return self.kernel((min(grid[0], sms),), (self.threads,), args, shared_mem=self.smem)
 
     def _set_shared(self, size):
         pass  # the prototype's own size, set once
@@ -58,11 +59,11 @@ class Persistent:
     max_dynamic_shared_size_bytes = property(fset=_set_shared)
 
 
-def swapped_in(kernel):
+def swapped_in(kernel, threads=THREADS, smem=SMEM):
     """The prototype in place of twell_matmul_pack_sm90_bf16 (variant "sm90") in the launcher,
     with the shipped kernel's tensor maps."""
     def sm90_operands(x, w, shipped):
-        return Persistent(kernel), shipped(x, w, "sm90")[1], SMEM
+        return Persistent(kernel, threads, smem), shipped(x, w, "sm90")[1], smem
 
     return base.swapped_operands(sm90_operands)
 
