@@ -14,7 +14,6 @@ import functools
 import _dev
 import cupy
 import numpy as np
-from scipy.special import ndtri
 
 import twell
 from twell import _cupy_backend as gb
@@ -41,15 +40,7 @@ dtype = twell.bfloat16 if args.dtype == "bfloat16" else np.float16
 timed = functools.partial(_dev.timed, reps=args.reps)
 flops = 2 * args.m * args.d * args.h
 
-rng = np.random.default_rng(0)
-x = cupy.asarray(rng.standard_normal((args.m, args.d), dtype=np.float32))
-x[:, 0] = 1.0
-x = x.astype(dtype)
-w0 = cupy.asarray(rng.standard_normal((args.h, args.d), dtype=np.float32)) / np.sqrt(args.d)
-wu = (cupy.asarray(rng.standard_normal((args.h, args.d), dtype=np.float32))
-      / np.sqrt(args.d)).astype(dtype)
-wd = (cupy.asarray(rng.standard_normal((args.d, args.h), dtype=np.float32))
-      / np.sqrt(args.h)).astype(dtype)
+x, w0, wu, wd = _dev.ffn_operands(args.m, args.d, args.h, dtype)
 card = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
 print(f"M={args.m} D={args.d} H={args.h} {args.dtype}, {card}")
 
@@ -80,9 +71,7 @@ def contenders(w, smax):
 
 
 if args.once:
-    w = w0.copy()
-    w[:, 0] = -ndtri(float(args.sparsities.split(",")[0]))
-    w = w.astype(dtype)
+    w = _dev.gate_weight(w0, float(args.sparsities.split(",")[0]), dtype)
     auto = twell.matmul_to_twell(x, w)
     given = twell.matmul_to_twell(x, w, slots=13)
     cupy.cuda.Device().synchronize()
@@ -92,9 +81,7 @@ if args.once:
 if not args.gated:  # --gated times the gated FFN's steps only
     print(f"{'sparsity':>8} {'contender':<40} {'ms':>8} {'TFLOP/s':>8}")
     for s in map(float, args.sparsities.split(",")):
-        w = w0.copy()
-        w[:, 0] = -ndtri(s)
-        w = w.astype(dtype)
+        w = _dev.gate_weight(w0, s, dtype)
         ref = twell.TwELLMatrix(cupy.maximum(x @ w.T, 0))
         smax = int(ref.tile_nnz().max())
         fused = twell.matmul_to_twell(x, w, slots=smax)
@@ -138,13 +125,23 @@ def auto_stages(w):
 
 
 if args.stages:
-    w = w0.copy()
-    w[:, 0] = -ndtri(0.99)
-    w = w.astype(dtype)
+    w = _dev.gate_weight(w0, 0.99, dtype)
     slots, stages = auto_stages(w)
     print(f"# slots='auto' at 99%: S={slots}")
     for name, fn in stages.items():
         print(f"{name:<48} {timed(fn):8.3f} ms", flush=True)
+
+
+def swapped(name, value, fn):
+    """``fn`` run with ``twell._cupy_backend.<name>`` replaced by ``value`` for the call."""
+    def run():
+        kept = getattr(gb, name)
+        setattr(gb, name, value)
+        try:
+            return fn()
+        finally:
+            setattr(gb, name, kept)
+    return run
 
 
 def gated_stages(w):
@@ -155,51 +152,33 @@ def gated_stages(w):
     h = twell.TwELLMatrix._from_parts(gb.gated_up(parts, shape, 256, x, wu), shape, 256,
                                       gate.nnz)
     up = gb._gemm_nt_float32(x, wu)
-    way = gb.gated_up_way
 
-    def forced(variant):
-        def run():
-            gb.gated_up_way = lambda *a: variant
-            try:
-                return twell.sparse_ffn(x, w, wu, wd)
-            finally:
-                gb.gated_up_way = way
-        return run
+    def whole():
+        return gb.gated_up(parts, shape, 256, x, wu, variant="dense")
 
-    take = _kernels_take(parts, shape, up)
+    def layer():
+        return twell.sparse_ffn(x, w, wu, wd)
+
     return gate, {
         "gate: matmul_to_twell (auto)": lambda: twell.matmul_to_twell(x, w),
         "up, dot per entry (twell_gated_up)": lambda: gb.gated_up(parts, shape, 256, x, wu,
                                                                   variant="dot"),
-        "up, whole (GemmEx float32 + twell_gated_take)": lambda: gb.gated_up(
-            parts, shape, 256, x, wu, variant="dense"),
+        "up, whole (GemmEx float32 + twell_gated_take)": whole,
         "  GemmEx float32 alone": lambda: gb._gemm_nt_float32(x, wu),
         "  cupy.matmul bf16 (for scale)": lambda: x @ wu.T,
-        "  twell_gated_take alone": take,
+        "  twell_gated_take alone (the product given)": swapped(
+            "_gemm_nt_float32", lambda *_: up, whole),
         "down: h @ w_down.T (twell's choice)": lambda: h @ wd.T,
-        "layer, up forced dot": forced("dot"),
-        "layer, up forced whole": forced("dense"),
-        "layer, twell.sparse_ffn (its choice)": lambda: twell.sparse_ffn(x, w, wu, wd),
+        "layer, up forced dot": swapped("gated_up_way", lambda *_: "dot", layer),
+        "layer, up forced whole": swapped("gated_up_way", lambda *_: "dense", layer),
+        "layer, twell.sparse_ffn (its choice)": layer,
         "layer, dense (3 cupy GEMMs)": lambda: (cupy.maximum(x @ w.T, 0) * (x @ wu.T)) @ wd.T,
     }
 
 
-def _kernels_take(parts, shape, up):
-    m, k = shape
-    out, over = cupy.empty_like(parts.data), cupy.empty_like(parts.overflow_data)
-    kernel = gb._kernels.function("ffn.cu", gb._expr("twell_gated_take", x.dtype))
-    items = parts.data.size + parts.overflow_indices.size
-    args = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
-            parts.overflow_indices, parts.overflow_data, gb._i64(m), gb._i64(k), gb._i32(256),
-            gb._i32(parts.data.shape[2]), gb._i64(parts.overflow_indices.size), up, out, over)
-    return lambda: kernel(gb._blocks(items, gb._BLOCK), (gb._BLOCK,), args)
-
-
 if args.gated:
     for s in map(float, args.sparsities.split(",")):
-        w = w0.copy()
-        w[:, 0] = -ndtri(s)
-        w = w.astype(dtype)
+        w = _dev.gate_weight(w0, s, dtype)
         gate, stages = gated_stages(w)
         density = gate.nnz / gate.shape[0] / gate.shape[1]
         print(f"# gated FFN at {s}: gate density {density:.4f}, S={gate.slots}, model picks "

@@ -5,38 +5,20 @@ session ran ``PYTHONPATH=scratch/old python3 ab.py old`` (4331ae7's twell and cu
 each synchronising call, median of 40 after 5 warm-ups."""
 import sys
 
-import cupy
-import numpy as np
-from scipy.special import ndtri
+sys.path.insert(0, "benchmarks")  # run from the repository root
+import _dev  # noqa: E402
+import cupy  # noqa: E402
 
-import twell
+import twell  # noqa: E402
 
-rng = np.random.default_rng(0)
-m, d, h = 16384, 2048, 5632
-x = cupy.asarray(rng.standard_normal((m, d), dtype=np.float32))
-x[:, 0] = 1.0
-x = x.astype(twell.bfloat16)
-w0 = cupy.asarray(rng.standard_normal((h, d), dtype=np.float32)) / np.sqrt(d)
-w0[:, 0] = -ndtri(0.99)
-w = w0.astype(twell.bfloat16)
-w0[:, 0] = -ndtri(0.95)
-w95 = w0.astype(twell.bfloat16)
-wu = (cupy.asarray(rng.standard_normal((h, d), dtype=np.float32)) / np.sqrt(d)).astype(w.dtype)
-wd = (cupy.asarray(rng.standard_normal((d, h), dtype=np.float32)) / np.sqrt(h)).astype(w.dtype)
+x, w0, wu, wd = _dev.ffn_operands(16384, 2048, 5632, twell.bfloat16)
+w, w95 = (_dev.gate_weight(w0, s, twell.bfloat16) for s in (0.99, 0.95))
 z = cupy.maximum(x @ w.T, 0)
 
 
-def timed(fn, reps=40):
-    """Median CUDA-event time of ``fn()`` in microseconds."""
-    for _ in range(5):
-        fn()
-    ev = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    ev[-1][1].synchronize()
-    return 1e3 * float(np.median([cupy.cuda.get_elapsed_time(a, b) for a, b in ev]))
+def timed(fn):
+    """Median CUDA-event time of ``fn()`` in microseconds (40 runs after 5 warm-ups)."""
+    return 1e3 * _dev.timed(fn, reps=40, warm=5)
 
 
 r = {"d2t S=13": timed(lambda: twell.matmul_to_twell(x, w, slots=13)),

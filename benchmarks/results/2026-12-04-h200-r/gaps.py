@@ -6,18 +6,20 @@ between consecutive marks, the host's time and the GPU's (the GPU is idle at the
 so an event records when the host got there if nothing is queued before it). Medians of 20
 calls after 3 warm-ups, microseconds; bf16, the paper's shapes (M 16384, D 2048, H 5632).
 The wrappers cost a few microseconds of host time each.
-Usage: PYTHONPATH=. python3 gaps.py
+Usage (repository root): PYTHONPATH=. python3 benchmarks/results/2026-12-04-h200-r/gaps.py
 """
 import collections
+import sys
 import time
 
-import cupy
-import numpy as np
-from scipy.special import ndtri
+sys.path.insert(0, "benchmarks")  # run from the repository root
+import _dev  # noqa: E402
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
 
-import twell
-from twell import _cupy_backend as gb
-from twell import _layout
+import twell  # noqa: E402
+from twell import _cupy_backend as gb  # noqa: E402
+from twell import _layout  # noqa: E402
 
 marks = []
 
@@ -48,17 +50,8 @@ for name in ("matmul_plan", "_empty_parts", "_count_buffer", "_launch_matmul_pac
 for name in ("auto_choice", "checked_histogram"):
     wrap(_layout, name)
 
-rng = np.random.default_rng(0)
-m, d, h = 16384, 2048, 5632
-x = cupy.asarray(rng.standard_normal((m, d), dtype=np.float32))
-x[:, 0] = 1.0
-x = x.astype(twell.bfloat16)
-w0 = cupy.asarray(rng.standard_normal((h, d), dtype=np.float32)) / np.sqrt(d)
-w0[:, 0] = -ndtri(0.99)
-w = w0.astype(twell.bfloat16)
-wu = (cupy.asarray(rng.standard_normal((h, d), dtype=np.float32)) / np.sqrt(d)).astype(w.dtype)
-wd = (cupy.asarray(rng.standard_normal((d, h), dtype=np.float32)) / np.sqrt(h)).astype(w.dtype)
-
+x, w0, wu, wd = _dev.ffn_operands(16384, 2048, 5632, twell.bfloat16)
+w = _dev.gate_weight(w0, 0.99, twell.bfloat16)
 
 def breakdown(label, fn, reps=20):
     for _ in range(3):

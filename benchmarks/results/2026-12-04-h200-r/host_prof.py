@@ -1,24 +1,19 @@
 """cProfile of the D2T launchers' host work (eighteenth session): 200 calls of
 matmul_to_twell(x, w, slots=13) and of slots="auto", bf16, 99%, the paper's up projection.
 The GPU time hides in the read-back (``get``); everything else is the host's.
-Usage: PYTHONPATH=. python3 host_prof.py"""
+Usage (repository root):
+PYTHONPATH=. python3 benchmarks/results/2026-12-04-h200-r/host_prof.py"""
 import cProfile
 import pstats
+import sys
 
-import cupy
-import numpy as np
-from scipy.special import ndtri
+sys.path.insert(0, "benchmarks")  # run from the repository root
+import _dev  # noqa: E402
 
-import twell
+import twell  # noqa: E402
 
-rng = np.random.default_rng(0)
-m, d, h = 16384, 2048, 5632
-x = cupy.asarray(rng.standard_normal((m, d), dtype=np.float32))
-x[:, 0] = 1.0
-x = x.astype(twell.bfloat16)
-w = cupy.asarray(rng.standard_normal((h, d), dtype=np.float32)) / np.sqrt(d)
-w[:, 0] = -ndtri(0.99)
-w = w.astype(twell.bfloat16)
+x, w0, _, _ = _dev.ffn_operands(16384, 2048, 5632, twell.bfloat16)
+w = _dev.gate_weight(w0, 0.99, twell.bfloat16)
 for slots in (13, "auto"):
     for _ in range(5):
         twell.matmul_to_twell(x, w, slots=slots)
