@@ -122,6 +122,120 @@ __device__ __forceinline__ unsigned long long shfl_mask(unsigned long long mask,
   return static_cast<unsigned long long>(hi) << 32 | lo;
 }
 
+// Where a block's 256 columns fall among the tiles (tile_width is 8 times a power of two up
+// to 256, so a tile is whole 8-column chunks: one contiguous range of tile_bits bits of a
+// quad lane's 64-bit mask, see pack_accumulators).
+struct TileSpan {
+  long long tile0;   // the block's first tile
+  long long tiles;   // the matrix's tiles
+  int tiles_here;    // tiles in the block's 256 columns
+  int log_chunks;    // log2(tile_width / 8)
+  int tile_bits;     // mask bits per tile
+  int tile_width;
+  __device__ __forceinline__ TileSpan(long long n0, long long n_cols, int width)
+      : tile0(n0 / width), tiles(n_tiles(n_cols, width)), tile_width(width) {
+    log_chunks = __ffs(width >> 3) - 1;  // width / 8 is a power of two
+    tiles_here = gemm::kBN >> (3 + log_chunks);
+    tile_bits = 2 << log_chunks;
+  }
+};
+
+// The bits of quad lane q's 64-bit mask (bit 2 j + b: column 8 j + 2 q + b of the block's
+// 256 from n0) that lie inside N. Columns past N hold relu(0 * x), which may be NaN: never
+// stored. Bit 2 j + b is inside N for j < ceil((cols - 2 q - b) / 8).
+__device__ __forceinline__ unsigned long long quad_valid_bits(long long n0, long long n_cols,
+                                                              int q) {
+  const int cols = static_cast<int>(min(n_cols - n0, static_cast<long long>(gemm::kBN)));
+  const int even = max(0, min(32, (cols - 2 * q + 7) >> 3));
+  const int odd = max(0, min(32, (cols - 2 * q + 6) >> 3));
+  return (bit_range(0, 2 * even) & 0x5555555555555555ull) |
+         (bit_range(0, 2 * odd) & 0xaaaaaaaaaaaaaaaaull);
+}
+
+// The packing of one row from its quad's masks (the second half of pack_accumulators): lane
+// q of each quad of the warp holds `mask`, the non-zero bits of its 64 columns of the row
+// (bit 2 j + b: column 8 j + 2 q + b; only bits inside N), and value_of(j, b) gives the
+// value of its own set bit 2 j + b. Per (row, tile) one lane of the quad writes count and
+// total and reserves the spill; the quad zero-fills the slots past the count (unless
+// !zero_fill); per entry (a loop over the set bits: ~0.6 a row at 99%) its owner writes slot
+// `rank`, or its place in the spill (read back after a __syncwarp: rare). Every rank is a
+// sum of popcounts: the quad's entries in the tile's chunks before j, those of lower lanes in
+// chunk j, plus b. The warp calls it converged (it shuffles), every lane with its own row.
+template <typename T, typename ValueOf>
+__device__ __forceinline__ void pack_quad_row(
+    unsigned long long mask, long long row, bool row_ok, const TileSpan& span, int slots,
+    bool zero_fill, int* __restrict__ totals, int* __restrict__ counts, T* __restrict__ data,
+    unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
+    int* __restrict__ spill_indices, T* __restrict__ spill_data, long long spill_capacity,
+    unsigned long long* __restrict__ spill_used, int lane, ValueOf value_of) {
+  const int q = lane & 3, quad = lane & ~3;
+  unsigned long long quad_masks[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) quad_masks[p] = shfl_mask(mask, quad | p);
+
+  // Per (row, tile): count, total, spill reservation, zero fill.
+  for (int t = 0; t < span.tiles_here; ++t) {
+    const long long tile = span.tile0 + t;
+    const unsigned long long range = bit_range(t * span.tile_bits, span.tile_bits);
+    int total = 0;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) total += __popcll(quad_masks[p] & range);
+    const int owner = t & 3;
+    const bool ok = row_ok && tile < span.tiles;
+    const long long pair = row * span.tiles + tile;
+    const bool spills = ok && total > slots;
+    unsigned long long start = 0;
+    if (spills && q == owner)
+      start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
+    start = __shfl_sync(kFullMask, start, quad | owner);
+    if (!ok) continue;
+    const int used = min(total, slots);
+    if (q == owner) {
+      counts[pair] = used;
+      totals[pair] = total;
+      if (spills) {
+        const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
+        spill_start[pair] = fits ? static_cast<long long>(start) : -1;
+      }
+    }
+    for (int s = used + q; zero_fill && s < slots; s += 4) {
+      data[pair * slots + s] = Value<T>::zero();
+      indices[pair * slots + s] = 0;
+    }
+  }
+  __syncwarp();  // spill_start, written by the owner lanes, is read below
+  if (!row_ok) return;
+
+  // Per entry: its slot, or its place in the spill.
+  for (unsigned long long rest = mask; rest != 0ull; rest &= rest - 1ull) {
+    const int bit = __ffsll(static_cast<long long>(rest)) - 1;
+    const int j = bit >> 1, b = bit & 1;
+    const int t = j >> span.log_chunks;
+    const long long tile = span.tile0 + t;
+    if (tile >= span.tiles) continue;
+    const unsigned long long before = bit_range(t * span.tile_bits, 2 * j - t * span.tile_bits);
+    int r = b == 1 ? static_cast<int>(mask >> (2 * j) & 1ull) : 0;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      r += __popcll(quad_masks[p] & before);
+      if (p < q) r += __popc(static_cast<unsigned>(quad_masks[p] >> (2 * j)) & 3u);
+    }
+    const T value = value_of(j, b);
+    const long long pair = row * span.tiles + tile;
+    const int in_tile = 8 * j + 2 * q + b - t * span.tile_width;
+    if (r < slots) {
+      data[pair * slots + r] = value;
+      indices[pair * slots + r] = static_cast<unsigned short>(in_tile);
+    } else {
+      const long long start = spill_start[pair];
+      if (start >= 0) {
+        spill_indices[start + (r - slots)] = static_cast<int>(tile * span.tile_width + in_tile);
+        spill_data[start + (r - slots)] = value;
+      }
+    }
+  }
+}
+
 // relu(acc) of this consumer thread's two rows packed into the TwELL arrays straight from the
 // accumulators, with pack_staged_block's contract (matmul_pack.cuh): the same slots, counts,
 // totals, spill reservations and spill entries, so the same bits after the launcher's move.
@@ -130,17 +244,10 @@ __device__ __forceinline__ unsigned long long shfl_mask(unsigned long long mask,
 // warpgroup wg holds in d[4 j + 2 h + b] row 64 wg + 16 warp + l / 4 + 8 h, column
 // 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
 // Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
-// mask of its non-zeros per row (bit 2 j + b; columns past N cleared); the quad swaps the
-// masks, and every rank is a sum of popcounts: the quad's entries in the tile's chunks
-// before j, those of lower lanes in chunk j, plus b. A tile is whole chunks (tile_width is 8
-// times a power of two up to 256), so it is one contiguous bit range of every mask
-// (benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py checks this arithmetic). The
-// non-zero test (bits & 0x7fff) is the same for bf16 and fp16: relu leaves no negative
-// value, and -0 is a zero.
-// Per (row, tile) one lane of the quad writes count and total and reserves the spill; the
-// quad zero-fills the slots past the count (unless !zero_fill: see twell_matmul_pack). Per
-// entry (a loop over the set bits: ~0.6 a row at 99%) its owner writes slot `rank`, or its
-// place in the spill (read back after a __syncwarp: rare).
+// mask of its non-zeros per row (bit 2 j + b; columns past N cleared); then pack_quad_row
+// packs each row from the quad's masks (benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py
+// checks the rank arithmetic). The non-zero test (bits & 0x7fff) is the same for bf16 and
+// fp16: relu leaves no negative value, and -0 is a zero.
 //
 // The words wait for their entries in `words` (64 KB of free shared memory: every wgmma of
 // the block is done with it), word group c (4 words: h = c / 8, j = 4 (c % 8) + e) of
@@ -163,21 +270,9 @@ __device__ __forceinline__ void pack_accumulators(
     T* __restrict__ spill_data,
     long long spill_capacity, unsigned long long* __restrict__ spill_used, int wg, int warp,
     int lane) {
-  using gemm::kBN;
   constexpr int kConsumers = 256;
-  const int q = lane & 3, quad = lane & ~3;
-  const int log_chunks = __ffs(tile_width >> 3) - 1;  // tile_width / 8 is a power of two
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const int tiles_here = kBN >> (3 + log_chunks);  // tiles in the block's 256 columns
-  const long long tile0 = n0 / tile_width;
-  const int tile_bits = 2 << log_chunks;  // mask bits per tile
-  // Columns past N hold relu(0 * x), which may be NaN: never stored. Bit 2 j + b is column
-  // 8 j + 2 q + b, inside N for j < ceil((cols - 2 q - b) / 8).
-  const int cols = static_cast<int>(min(n_cols - n0, static_cast<long long>(kBN)));
-  const int even = max(0, min(32, (cols - 2 * q + 7) >> 3));
-  const int odd = max(0, min(32, (cols - 2 * q + 6) >> 3));
-  const unsigned long long valid = (bit_range(0, 2 * even) & 0x5555555555555555ull) |
-                                   (bit_range(0, 2 * odd) & 0xaaaaaaaaaaaaaaaaull);
+  const TileSpan span(n0, n_cols, tile_width);
+  const unsigned long long valid = quad_valid_bits(n0, n_cols, lane & 3);
   uint4* const groups = static_cast<uint4*>(words) + (wg * 128 + warp * kWarp + lane);
   // Both rows' words and masks first, so that the accumulators die before the packing.
   unsigned long long masks[2] = {0ull, 0ull};
@@ -209,77 +304,16 @@ __device__ __forceinline__ void pack_accumulators(
       for (int c = 0; c < 8; ++c) groups[c * kConsumers] = later[c];
     }
     const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
-    const bool row_ok = row < n_rows;  // the same for the quad
-    const unsigned long long mask = masks[h] & valid;
-    unsigned long long quad_masks[4];
-#pragma unroll
-    for (int p = 0; p < 4; ++p) quad_masks[p] = shfl_mask(mask, quad | p);
-
-    // Per (row, tile): count, total, spill reservation, zero fill.
-    for (int t = 0; t < tiles_here; ++t) {
-      const long long tile = tile0 + t;
-      const unsigned long long range = bit_range(t * tile_bits, tile_bits);
-      int total = 0;
-#pragma unroll
-      for (int p = 0; p < 4; ++p) total += __popcll(quad_masks[p] & range);
-      const int owner = t & 3;
-      const bool ok = row_ok && tile < tiles;
-      const long long pair = row * tiles + tile;
-      const bool spills = ok && total > slots;
-      unsigned long long start = 0;
-      if (spills && q == owner)
-        start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
-      start = __shfl_sync(kFullMask, start, quad | owner);
-      if (!ok) continue;
-      const int used = min(total, slots);
-      if (q == owner) {
-        counts[pair] = used;
-        totals[pair] = total;
-        if (spills) {
-          const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
-          spill_start[pair] = fits ? static_cast<long long>(start) : -1;
-        }
-      }
-      for (int s = used + q; zero_fill && s < slots; s += 4) {
-        data[pair * slots + s] = Value<T>::zero();
-        indices[pair * slots + s] = 0;
-      }
-    }
-    __syncwarp();  // spill_start, written by the owner lanes, is read below
-    if (!row_ok) continue;
-
-    // Per entry: its slot, or its place in the spill.
-    for (unsigned long long rest = mask; rest != 0ull; rest &= rest - 1ull) {
-      const int bit = __ffsll(static_cast<long long>(rest)) - 1;
-      const int j = bit >> 1, b = bit & 1;
-      const int t = j >> log_chunks;
-      const long long tile = tile0 + t;
-      if (tile >= tiles) continue;
-      const unsigned long long before = bit_range(t * tile_bits, 2 * j - t * tile_bits);
-      int r = b == 1 ? static_cast<int>(mask >> (2 * j) & 1ull) : 0;
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        r += __popcll(quad_masks[p] & before);
-        if (p < q) r += __popc(static_cast<unsigned>(quad_masks[p] >> (2 * j)) & 3u);
-      }
-      // This thread's own word, stored above.
+    // This thread's own word, stored above.
+    const auto value_of = [groups, h](int j, int b) {
       const unsigned two =
           reinterpret_cast<const unsigned*>(groups + ((kHalfWords ? 0 : 8 * h) + (j >> 2)) *
                                                          kConsumers)[j & 3];
-      const T value = from_bits<T>(static_cast<unsigned short>(two >> (16 * b)));
-      const long long pair = row * tiles + tile;
-      const int in_tile = 8 * j + 2 * q + b - t * tile_width;
-      if (r < slots) {
-        data[pair * slots + r] = value;
-        indices[pair * slots + r] = static_cast<unsigned short>(in_tile);
-      } else {
-        const long long start = spill_start[pair];
-        if (start >= 0) {
-          spill_indices[start + (r - slots)] = static_cast<int>(tile * tile_width + in_tile);
-          spill_data[start + (r - slots)] = value;
-        }
-      }
-    }
+      return from_bits<T>(static_cast<unsigned short>(two >> (16 * b)));
+    };
+    pack_quad_row<T>(masks[h] & valid, row, row < n_rows, span, slots, zero_fill, totals,
+                     counts, data, indices, spill_start, spill_indices, spill_data,
+                     spill_capacity, spill_used, lane, value_of);
   }
 }
 
