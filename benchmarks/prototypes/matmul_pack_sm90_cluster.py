@@ -105,15 +105,16 @@ def same_bits(a, b):
         for p, q in zip(a, b, strict=True))
 
 
-def check(swap, rng):
+def check(swap, rng, shift=1.0):
     """Each case through the shipped kernels and through the launcher under ``swap()`` (a
-    context that swaps a prototype in), with a roomy spill buffer and a one-entry one."""
+    context that swaps a prototype in), with a roomy spill buffer and a one-entry one; the
+    operands' bias column at ``shift`` (1: ~16% non-zero, 0: ~50%)."""
     cases = [((128, 64, 256), 256, 5), ((77, 136, 300), 8, 1), ((300, 72, 777), 64, 2),
              ((1000, 4096, 2752), 64, 5), ((2048, 2048, 5632), 256, 13),
              ((1100, 1024, 600), 64, 5)]  # odd row blocks (9) with the ring wrapping (16 k tiles)
     ok = True
     for (m, k, n), tile_width, slots in cases:
-        x, w = operands(rng, m, k, n)
+        x, w = operands(rng, m, k, n, shift)
         # matmul_pack returns (parts, nnz): the parts are compared.
         want = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="sm90")[0]
         mma = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant="mma")[0]
@@ -130,13 +131,17 @@ def check(swap, rng):
     return ok
 
 
-def checked(compile_kernel, swap_for, rng):
+def checked(compile_kernel, swap_for, rng, shifts=(1.0,)):
     """``(kernel, ok)``: a prototype compiled by ``compile_kernel()`` and run through
-    :func:`check` under ``swap_for(kernel)``; a failure is printed and returned as not ok (a
-    prototype's failure is a result to print)."""
+    :func:`check` under ``swap_for(kernel)`` once per operand shift in ``shifts``; a failure
+    is printed and returned as not ok (a prototype's failure is a result to print)."""
     try:
         kernel = compile_kernel()
-        return kernel, check(lambda: swap_for(kernel), rng)
+        ok = True
+        for shift in shifts:
+            print(f" operands' shift {shift}:")
+            ok &= check(lambda: swap_for(kernel), rng, shift)
+        return kernel, ok
     except Exception as exc:  # noqa: BLE001
         print(f"  FAILED: {type(exc).__name__}: {exc}")
         return None, False
