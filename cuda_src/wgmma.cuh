@@ -152,11 +152,6 @@ __device__ __forceinline__ unsigned long long quad_valid_bits(long long n0, long
          (bit_range(0, 2 * odd) & 0xaaaaaaaaaaaaaaaaull);
 }
 
-// The parts of pack_quad_row, which a kernel may split between warps: the counts, totals and
-// zero fill; the spill reservations (and spill_start); the entries.
-constexpr int kQuadCounts = 1, kQuadReserve = 2, kQuadEntries = 4;
-constexpr int kQuadAll = kQuadCounts | kQuadReserve | kQuadEntries;
-
 // The packing of one row from its quad's masks (the second half of pack_accumulators): lane
 // q of each quad of the warp holds `mask`, the non-zero bits of its 64 columns of the row
 // (bit 2 j + b: column 8 j + 2 q + b; only bits inside N), and value_of(j, b) gives the
@@ -166,25 +161,20 @@ constexpr int kQuadAll = kQuadCounts | kQuadReserve | kQuadEntries;
 // `rank`, or its place in the spill (read back after a __syncwarp: rare). Every rank is a
 // sum of popcounts: the quad's entries in the tile's chunks before j, those of lower lanes in
 // chunk j, plus b. The warp calls it converged (it shuffles), every lane with its own row.
-// kParts picks the parts it runs (kQuadAll: the whole packing), and the entries are those of
-// the bits in entry_bits (a call per word range whose words are at hand); a split must run
-// the reservations before the entries that spill, with a __syncwarp between.
-template <typename T, int kParts = kQuadAll, typename ValueOf>
+template <typename T, typename ValueOf>
 __device__ __forceinline__ void pack_quad_row(
     unsigned long long mask, long long row, bool row_ok, const TileSpan& span, int slots,
     bool zero_fill, int* __restrict__ totals, int* __restrict__ counts, T* __restrict__ data,
     unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
     int* __restrict__ spill_indices, T* __restrict__ spill_data, long long spill_capacity,
-    unsigned long long* __restrict__ spill_used, int lane, ValueOf value_of,
-    unsigned long long entry_bits = ~0ull) {
-  constexpr bool kCounts = (kParts & kQuadCounts) != 0, kReserve = (kParts & kQuadReserve) != 0;
+    unsigned long long* __restrict__ spill_used, int lane, ValueOf value_of) {
   const int q = lane & 3, quad = lane & ~3;
   unsigned long long quad_masks[4];
 #pragma unroll
   for (int p = 0; p < 4; ++p) quad_masks[p] = shfl_mask(mask, quad | p);
 
   // Per (row, tile): count, total, spill reservation, zero fill.
-  for (int t = 0; (kCounts || kReserve) && t < span.tiles_here; ++t) {
+  for (int t = 0; t < span.tiles_here; ++t) {
     const long long tile = span.tile0 + t;
     const unsigned long long range = bit_range(t * span.tile_bits, span.tile_bits);
     int total = 0;
@@ -195,31 +185,29 @@ __device__ __forceinline__ void pack_quad_row(
     const long long pair = row * span.tiles + tile;
     const bool spills = ok && total > slots;
     unsigned long long start = 0;
-    if (kReserve && spills && q == owner)
+    if (spills && q == owner)
       start = atomicAdd(spill_used, static_cast<unsigned long long>(total - slots));
-    if (kReserve) start = __shfl_sync(kFullMask, start, quad | owner);
+    start = __shfl_sync(kFullMask, start, quad | owner);
     if (!ok) continue;
     const int used = min(total, slots);
     if (q == owner) {
-      if (kCounts) {
-        counts[pair] = used;
-        totals[pair] = total;
-      }
-      if (kReserve && spills) {
+      counts[pair] = used;
+      totals[pair] = total;
+      if (spills) {
         const bool fits = static_cast<long long>(start) + (total - slots) <= spill_capacity;
         spill_start[pair] = fits ? static_cast<long long>(start) : -1;
       }
     }
-    for (int s = used + q; kCounts && zero_fill && s < slots; s += 4) {
+    for (int s = used + q; zero_fill && s < slots; s += 4) {
       data[pair * slots + s] = Value<T>::zero();
       indices[pair * slots + s] = 0;
     }
   }
   __syncwarp();  // spill_start, written by the owner lanes, is read below
-  if (!row_ok || (kParts & kQuadEntries) == 0) return;
+  if (!row_ok) return;
 
   // Per entry: its slot, or its place in the spill.
-  for (unsigned long long rest = mask & entry_bits; rest != 0ull; rest &= rest - 1ull) {
+  for (unsigned long long rest = mask; rest != 0ull; rest &= rest - 1ull) {
     const int bit = __ffsll(static_cast<long long>(rest)) - 1;
     const int j = bit >> 1, b = bit & 1;
     const int t = j >> span.log_chunks;

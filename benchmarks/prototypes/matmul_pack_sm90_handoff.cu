@@ -48,13 +48,6 @@
 #ifndef HANDOFF_PACKERS
 #define HANDOFF_PACKERS 3
 #endif
-// HANDOFF_SPLIT 1: the split that hid (NOTES, nineteenth session): the consumers hand off
-// their masks alone and keep the spill reservations and the entries (their words, half a
-// row at a time, in 16 KB after the masks); the packers write counts, totals and zero fill
-// (pack_quad_row's kQuadCounts). No cap on the entries, so no warp packs its rows itself.
-#ifndef HANDOFF_SPLIT
-#define HANDOFF_SPLIT 0
-#endif
 
 using namespace twell;
 
@@ -69,7 +62,6 @@ constexpr int kHandoffThreads = (kConsumerWarps + 1 + kPackerWarps) * kWarp;  //
 constexpr int kStageBytes = (kAStage + kBStage) * 2;
 constexpr int kHandoffBytes = 8 * 256 * 16;
 constexpr int kCompact = 56;  // values a consumer thread hands off: groups 1-7, 8 each
-constexpr int kMaskBytes = 256 * 16;  // HANDOFF_SPLIT: the masks, then the words
 constexpr int kRingPeriod = 2 * kStages;
 
 }  // namespace
@@ -142,66 +134,6 @@ __device__ __forceinline__ void hand_off(const float (&d)[128], unsigned char* h
   reinterpret_cast<ulonglong2*>(handoff)[t] = make_ulonglong2(masks[0], masks[1]);
 }
 
-// HANDOFF_SPLIT: relu(acc) rounded to T (words[32 h + j]: row h, columns 8 j + 2 q, + 1) and
-// each row's mask of its non-zeros inside N; the words replace d (64 registers for 128).
-template <typename T>
-__device__ __forceinline__ void round_rows(const float (&d)[128], unsigned long long valid,
-                                           unsigned (&words)[64],
-                                           unsigned long long (&masks)[2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    masks[h] = 0ull;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const unsigned two = Mma<T>::pack2(relu(d[4 * j + 2 * h]), relu(d[4 * j + 2 * h + 1]));
-      words[32 * h + j] = two;
-      masks[h] |= static_cast<unsigned long long>(
-                      static_cast<unsigned>((two & 0x7fffu) != 0u) |
-                      static_cast<unsigned>((two & 0x7fff0000u) != 0u) << 1)
-                  << (2 * j);
-    }
-    masks[h] &= valid;
-  }
-}
-
-// HANDOFF_SPLIT: the consumer's share of its two rows after the hand-off of the masks: the
-// spill reservations, then the entries of each half row (its 16 words in the thread's 4
-// groups of `slot`: group c at c * 256).
-template <typename T>
-__device__ __forceinline__ void consumer_entries(
-    const unsigned (&words)[64], const unsigned long long (&masks)[2], uint4* slot, long long row0,
-    long long n_rows, const TileSpan& span, int slots, int* __restrict__ totals,
-    int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
-    long long* __restrict__ spill_start, int* __restrict__ spill_indices,
-    T* __restrict__ spill_data, long long spill_capacity,
-    unsigned long long* __restrict__ spill_used, int lane) {
-  const auto none = [](int, int) { return Value<T>::zero(); };
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const long long row = row0 + 8 * h;
-    pack_quad_row<T, kQuadReserve>(masks[h], row, row < n_rows, span, slots, false, totals,
-                                   counts, data, indices, spill_start, spill_indices,
-                                   spill_data, spill_capacity, spill_used, lane, none);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int j = 32 * h + 16 * half + 4 * c;
-        slot[c * 256] = make_uint4(words[j], words[j + 1], words[j + 2], words[j + 3]);
-      }
-      pack_quad_row<T, kQuadEntries>(
-          masks[h], row, row < n_rows, span, slots, false, totals, counts, data, indices,
-          spill_start, spill_indices, spill_data, spill_capacity, spill_used, lane,
-          [slot, half](int j, int b) {
-            const int jj = j - 16 * half;
-            const unsigned two = reinterpret_cast<const unsigned*>(slot + (jj >> 2) * 256)[jj & 3];
-            return from_bits<T>(static_cast<unsigned short>(two >> (16 * b)));
-          },
-          0xffffffffull << (32 * half));
-    }
-  }
-}
-
 template <typename T>
 __device__ __forceinline__ void handoff_body(
     const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
@@ -266,13 +198,6 @@ __device__ __forceinline__ void handoff_body(
         const unsigned long long mask = h == 0 ? both.x : both.y;
         const int base = h == 0 ? 0 : __popcll(both.x);
         const long long row = m0 + (cw >> 2) * 64 + 16 * (cw & 3) + lane / 4 + 8 * h;
-        if (HANDOFF_SPLIT) {
-          pack_quad_row<T, kQuadCounts>(mask, row, row < n_rows, span, slots, zero_fill != 0,
-                                        totals, counts, data, indices, spill_start,
-                                        spill_indices, spill_data, spill_capacity, spill_used,
-                                        lane, [](int, int) { return Value<T>::zero(); });
-          continue;
-        }
         // Values 0-15 of the thread's list (groups 1 and 2) in registers, read once with the
         // mask: while the wgmma of the next tile runs, every shared-memory read waits behind
         // its operand fetches, and one read per entry made the packers the bottleneck.
@@ -313,21 +238,6 @@ __device__ __forceinline__ void handoff_body(
       const long long m0 = b / col_blocks * kBM, n0 = b % col_blocks * kBN;
       mbarrier_wait(handoff_empty, (i & 1) ^ 1);  // the packers are done with the last tile
       __syncwarp();
-      if (HANDOFF_SPLIT) {
-        unsigned words[64];
-        unsigned long long masks[2];
-        round_rows<T>(d, quad_valid_bits(n0, n_cols, lane & 3), words, masks);
-        reinterpret_cast<ulonglong2*>(handoff)[tid] = make_ulonglong2(masks[0], masks[1]);
-        if (lane == 0) own_packing[warp_id] = 0;
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(handoff_full);
-        consumer_entries<T>(words, masks, reinterpret_cast<uint4*>(handoff + kMaskBytes) + tid,
-                            m0 + 16 * warp_id + lane / 4, n_rows,
-                            TileSpan(n0, n_cols, tile_width), slots, totals, counts, data,
-                            indices, spill_start, spill_indices, spill_data, spill_capacity,
-                            spill_used, lane);
-        continue;
-      }
       const bool fits = fits_hand_off(d);
       if (fits) hand_off<T>(d, handoff, quad_valid_bits(n0, n_cols, lane & 3), tid);
       if (lane == 0) own_packing[warp_id] = fits ? 0 : 1;

@@ -8,9 +8,7 @@ second makes the consumer warps pack their own rows: past 56 positive accumulato
 swapped in for ``twell_matmul_pack_sm90_bf16`` under ``_cupy_backend.matmul_pack``; and how
 fast is it alone (CUDA events over 20 launches back to back), interleaved twice with the
 shipped kernel, the persistent prototype and its diagnostic forms (the card's clock drops once
-it is warm), at 99%, 95% and 90% non-zero, and in the launcher. The split form (the packers
-from the masks alone, the consumers keeping the entries) is checked and timed beside it; the
-diagnostic forms other than "no entries" with ``--diagnose``. Run from the repository root
+it is warm), at 99%, 95% and 90% non-zero, and in the launcher. Run from the repository root
 on an H100/H200:
 
     PYTHONPATH=. timeout 400 python benchmarks/prototypes/matmul_pack_sm90_handoff.py
@@ -41,16 +39,14 @@ SMEM = 4 * (128 + 256) * 64 * 2 + 8 * 256 * 16 + 10 * 8 + 8 * 4 + 1024
 SHIFTS = {"99%": (2.326, 13), "95%": (1.645, 24), "90%": (1.282, 32)}
 
 
-def compile_kernel(diag=0, packers=3, split=0):
+def compile_kernel(diag=0, packers=3):
     """The prototype with ``packers`` packing warps (``THREADS - 32 * (3 - packers)``
     threads), or with ``diag`` 1-3 one of its diagnostic forms (wrong results: the consumers'
     side alone, the packers' counts and zero fill alone, or their entries with a constant
-    value), or with ``split`` 1 the split form (the packers from the masks alone; see the
-    .cu)."""
+    value; see the .cu)."""
     loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
                                    [f"-I{_kernels.source_dir()}", f"-I{HERE}",
-                                    f"-DHANDOFF_DIAG={diag}", f"-DHANDOFF_PACKERS={packers}",
-                                    f"-DHANDOFF_SPLIT={split}"])
+                                    f"-DHANDOFF_DIAG={diag}", f"-DHANDOFF_PACKERS={packers}"])
     return _kernels.ArchKernel(loaded.get_function(NAME), loaded)
 
 
@@ -61,12 +57,7 @@ def main():
     kernel, ok = base.checked(compile_kernel, lambda kern: ws.swapped_in(kern, THREADS, SMEM),
                               rng, shifts=(1.0, 0.0))
     print("all checks passed" if ok else "CHECKS FAILED", flush=True)
-    print("the split form:")
-    split, split_ok = base.checked(lambda: compile_kernel(split=1),
-                                   lambda kern: ws.swapped_in(kern, THREADS, SMEM), rng,
-                                   shifts=(1.0, 0.0))
-    print("all checks passed" if split_ok else "CHECKS FAILED", flush=True)
-    if not (ok and split_ok):
+    if not ok:
         return
     shipped = _kernels.function("matmul_pack_sm90.cu", "twell_matmul_pack_sm90_bf16")
     blocks = -(-m // 128) * -(-n // 256)
@@ -75,15 +66,11 @@ def main():
         "shipped": (shipped, (blocks,), 288, _cupy_backend._MATMUL_SM90_SMEM),
         "persistent": (persist.compile_kernel(), (sms,), persist.THREADS, persist.SMEM),
         "hand-off": (kernel, (sms,), THREADS, SMEM),
-        "split": (split, (sms,), THREADS, SMEM),
+        "no packing": (compile_kernel(1), (sms,), THREADS, SMEM),
         "no entries": (compile_kernel(2), (sms,), THREADS, SMEM),
+        "constant values": (compile_kernel(3), (sms,), THREADS, SMEM),
+        "2 packers": (compile_kernel(0, 2), (sms,), THREADS - 32, SMEM),
     }
-    if "--diagnose" in sys.argv:  # as call 5 of the nineteenth session ran (without split)
-        contenders.update({
-            "no packing": (compile_kernel(1), (sms,), THREADS, SMEM),
-            "constant values": (compile_kernel(3), (sms,), THREADS, SMEM),
-            "2 packers": (compile_kernel(0, 2), (sms,), THREADS - 32, SMEM),
-        })
     for label, (shift, slots) in SHIFTS.items():
         x, w = base.operands(rng, m, k, n, shift=shift)
         for _ in range(2):
