@@ -36,6 +36,7 @@
 #include "matmul_pack.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
+#include "persist.cuh"
 
 // Diagnosis (the .py compiles each): 0 the kernel; 1 the packers skip their work (wrong
 // results: the consumers' side alone); 2 the consumers hand off empty masks (wrong results:
@@ -59,10 +60,9 @@ constexpr int kStages = 4;
 constexpr int kConsumerWarps = 8;  // two warpgroups
 constexpr int kPackerWarps = HANDOFF_PACKERS;
 constexpr int kHandoffThreads = (kConsumerWarps + 1 + kPackerWarps) * kWarp;  // 384
-constexpr int kStageBytes = (kAStage + kBStage) * 2;
+constexpr int kStageBytes = kPersistStageBytes;
 constexpr int kHandoffBytes = 8 * 256 * 16;
 constexpr int kCompact = 56;  // values a consumer thread hands off: groups 1-7, 8 each
-constexpr int kRingPeriod = 2 * kStages;
 
 }  // namespace
 
@@ -103,7 +103,9 @@ template <typename T>
 __device__ __forceinline__ void hand_off(const float (&d)[128], unsigned char* handoff,
                                          unsigned long long valid, int t) {
   unsigned long long masks[2] = {0ull, 0ull};
-  int k = 0;
+#if HANDOFF_DIAG != 2
+  int k = 0;  // the thread's values stored so far
+#endif
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -164,21 +166,7 @@ __device__ __forceinline__ void handoff_body(
   __syncthreads();
 
   if (warp_id == kConsumerWarps) {
-    if (lane == 0) {
-      int g = 0;  // ring position of the next k tile, modulo kRingPeriod
-      for (long long b = blockIdx.x; b < n_blocks; b += gridDim.x) {
-        const int m0 = static_cast<int>(b / col_blocks * kBM);
-        const int n0 = static_cast<int>(b % col_blocks * kBN);
-        for (int kt = 0; kt < k_tiles; ++kt, g = (g + 1) % kRingPeriod) {
-          const int s = g % kStages;
-          mbarrier_wait(bars.empty(s), ((g / kStages) & 1) ^ 1);
-          mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
-          const unsigned a_s = ring + s * kStageBytes;
-          tma_load_2d(a_s, &tmap_x, bars.full(s), kt * kBK, m0);
-          tma_load_2d(a_s + kAStage * 2, &tmap_w, bars.full(s), kt * kBK, n0);
-        }
-      }
-    }
+    if (lane == 0) produce_tiles(bars, ring, tmap_x, tmap_w, n_blocks, col_blocks, k_tiles);
     __syncwarp();
   } else if (warp_id > kConsumerWarps) {
     // A packer: units u = packer, packer + 3, ... of the tile's 16 (consumer warp u / 2, row
@@ -224,17 +212,11 @@ __device__ __forceinline__ void handoff_body(
       if (lane == 0) mbarrier_arrive(handoff_empty);
     }
   } else {
-    const auto release = [lane](unsigned bar) { if (lane == 0) mbarrier_arrive(bar); };
     float d[128];
-    int first = 0;  // ring position of the tile's first k tile, modulo kRingPeriod
+    int first = 0;  // ring position of the tile's first k tile, modulo 2 kStages
     int i = 0;
     for (long long b = blockIdx.x; b < n_blocks; b += gridDim.x, ++i) {
-      consume_k_tiles(
-          d, smem, bars, k_tiles, tid / 128,
-          [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); }, release, first);
-      // The last k tile's wgmma has completed: its stage may be refilled for the next tile.
-      if (k_tiles > 0) release(bars.empty((first + k_tiles - 1) % kStages));
-      first = (first + k_tiles) % kRingPeriod;
+      consume_tile(d, smem, bars, k_tiles, tid / 128, lane, first);
       const long long m0 = b / col_blocks * kBM, n0 = b % col_blocks * kBN;
       mbarrier_wait(handoff_empty, (i & 1) ^ 1);  // the packers are done with the last tile
       __syncwarp();

@@ -24,6 +24,7 @@
 #include "matmul_pack.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
+#include "persist.cuh"
 
 using namespace twell;
 
@@ -34,9 +35,8 @@ using namespace twell::gemm;
 constexpr int kStages = 4;
 constexpr int kConsumerWarps = 8;  // two warpgroups
 constexpr int kPersistThreads = kConsumerWarps * kWarp + kWarp;  // + the producer warp
-constexpr int kStageBytes = (kAStage + kBStage) * 2;
+constexpr int kStageBytes = kPersistStageBytes;
 constexpr int kWordBytes = 8 * 256 * 16;  // pack_accumulators<T, true>: one row's groups
-constexpr int kRingPeriod = 2 * kStages;  // stage and barrier phase repeat with this period
 
 }  // namespace
 
@@ -61,33 +61,13 @@ __device__ __forceinline__ void persist_body(
   __syncthreads();
 
   if (warp_id == kConsumerWarps) {
-    if (lane == 0) {
-      int g = 0;  // ring position of the next k tile, modulo kRingPeriod
-      for (long long b = blockIdx.x; b < n_blocks; b += gridDim.x) {
-        const int m0 = static_cast<int>(b / col_blocks * kBM);
-        const int n0 = static_cast<int>(b % col_blocks * kBN);
-        for (int kt = 0; kt < k_tiles; ++kt, g = (g + 1) % kRingPeriod) {
-          const int s = g % kStages;
-          mbarrier_wait(bars.empty(s), ((g / kStages) & 1) ^ 1);
-          mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
-          const unsigned a_s = ring + s * kStageBytes;
-          tma_load_2d(a_s, &tmap_x, bars.full(s), kt * kBK, m0);
-          tma_load_2d(a_s + kAStage * 2, &tmap_w, bars.full(s), kt * kBK, n0);
-        }
-      }
-    }
+    if (lane == 0) produce_tiles(bars, ring, tmap_x, tmap_w, n_blocks, col_blocks, k_tiles);
     __syncwarp();
   } else {
-    const auto release = [lane](unsigned bar) { if (lane == 0) mbarrier_arrive(bar); };
     float d[128];
-    int first = 0;  // ring position of the tile's first k tile, modulo kRingPeriod
+    int first = 0;  // ring position of the tile's first k tile, modulo 2 kStages
     for (long long b = blockIdx.x; b < n_blocks; b += gridDim.x) {
-      consume_k_tiles(
-          d, smem, bars, k_tiles, tid / 128,
-          [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); }, release, first);
-      // The last k tile's wgmma has completed: its stage may be refilled for the next tile.
-      if (k_tiles > 0) release(bars.empty((first + k_tiles - 1) % kStages));
-      first = (first + k_tiles) % kRingPeriod;
+      consume_tile(d, smem, bars, k_tiles, tid / 128, lane, first);
       pack_accumulators<T, true>(d, words, b / col_blocks * kBM, b % col_blocks * kBN, n_rows,
                                  n_cols, tile_width, slots, zero_fill != 0, totals, counts,
                                  data, indices, spill_start, spill_indices, spill_data,
