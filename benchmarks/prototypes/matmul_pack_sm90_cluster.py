@@ -38,10 +38,17 @@ NAME = "proto_matmul_pack_sm90_cluster"
 SOURCE = "matmul_pack_sm90_cluster.cu"
 
 
+def compile_prototype(source, names, options=()):
+    """The kernels ``names`` of the prototype ``source`` (a file beside this script), compiled
+    by NVRTC for sm_90a with the package's CUDA sources and this folder on the include path,
+    plus ``options``: a list in the order of ``names``."""
+    loaded = _kernels.nvrtc_module((HERE / source).read_text(), source, "sm_90a",
+                                   [f"-I{_kernels.source_dir()}", f"-I{HERE}", *options])
+    return [_kernels.ArchKernel(loaded.get_function(name), loaded) for name in names]
+
+
 def compile_kernel():
-    loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
-                                   [f"-I{_kernels.source_dir()}", f"-I{HERE}"])
-    return _kernels.ArchKernel(loaded.get_function(NAME), loaded)
+    return compile_prototype(SOURCE, [NAME])[0]
 
 
 class Clustered:

@@ -44,10 +44,8 @@ def compile_kernel(diag=0, packers=3):
     threads), or with ``diag`` 1-3 one of its diagnostic forms (wrong results: the consumers'
     side alone, the packers' counts and zero fill alone, or their entries with a constant
     value; see the .cu)."""
-    loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
-                                   [f"-I{_kernels.source_dir()}", f"-I{HERE}",
-                                    f"-DHANDOFF_DIAG={diag}", f"-DHANDOFF_PACKERS={packers}"])
-    return _kernels.ArchKernel(loaded.get_function(NAME), loaded)
+    return base.compile_prototype(
+        SOURCE, [NAME], [f"-DHANDOFF_DIAG={diag}", f"-DHANDOFF_PACKERS={packers}"])[0]
 
 
 def main():

@@ -34,9 +34,7 @@ SMEM = 4 * (128 + 256) * 64 * 2 + 8 * 256 * 16 + 2 * 4 * 8 + 1024
 
 
 def compile_kernel():
-    loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
-                                   [f"-I{_kernels.source_dir()}", f"-I{HERE}"])
-    return _kernels.ArchKernel(loaded.get_function(NAME), loaded)
+    return base.compile_prototype(SOURCE, [NAME])[0]
 
 
 def main():

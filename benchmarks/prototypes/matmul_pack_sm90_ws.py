@@ -35,9 +35,7 @@ SMEM = 3 * (128 + 256) * 64 * 2 + 128 * 264 * 2 + 8 * 8 + 1024
 
 
 def compile_kernels():
-    loaded = _kernels.nvrtc_module((HERE / SOURCE).read_text(), SOURCE, "sm_90a",
-                                   [f"-I{_kernels.source_dir()}", f"-I{HERE}"])
-    return {name: _kernels.ArchKernel(loaded.get_function(name), loaded) for name in NAMES}
+    return dict(zip(NAMES, base.compile_prototype(SOURCE, NAMES), strict=True))
 
 
 class Persistent:
