@@ -57,6 +57,15 @@ __device__ __forceinline__ void st_shared_u16(unsigned address, unsigned short v
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(address), "h"(value) : "memory");
 }
 
+// st_shared_u16 where `store`, as a predicated instruction: a branch around each of a
+// builder's kChunk stores a slab would serialise them (no overlap of their address chains).
+__device__ __forceinline__ void st_shared_u16_if(bool store, unsigned address,
+                                                 unsigned short value) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.shared.u16 [%0], %1;\n}\n" ::"r"(address),
+      "h"(value), "r"(static_cast<int>(store)));
+}
+
 __device__ __forceinline__ void st_shared_zero16(unsigned address) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(address), "r"(0) : "memory");
 }
@@ -166,6 +175,10 @@ __device__ __forceinline__ void spmm_sm90(
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) keys[i] = cur.key(i, r);
       const long long pair = row * tiles + tile;
+      if (next < end) {  // the row's next overflow entries into L1 before their slab needs them
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(overflow_indices + next));
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(overflow_data + next));
+      }
       const int last = min(static_cast<int>((tile + 1) * slabs_per_tile), k_tiles);
       for (int slab = 0; kt < last; ++kt, ++slab) {
         const int s = kt % kStages;
@@ -183,12 +196,13 @@ __device__ __forceinline__ void spmm_sm90(
         for (int j = 0; j < 8; ++j) st_shared_zero16(a_row + (((j ^ r) & 7) << 4));
 #pragma unroll
         for (int i = 0; i < kChunk; ++i) {
-          if ((keys[i] >> 7 & kNoSlab) == static_cast<unsigned>(slab))
-            st_shared_u16(a_row + (keys[i] & 127u), static_cast<unsigned short>(keys[i] >> 16));
+          st_shared_u16_if((keys[i] >> 7 & kNoSlab) == static_cast<unsigned>(slab),
+                           a_row + (keys[i] & 127u), static_cast<unsigned short>(keys[i] >> 16));
         }
         for (int i = kChunk; i < cur.count; ++i) {  // S > kChunk: the rest from global
           const int c = indices[pair * slots + i];
-          if ((c >> 6) == slab) st_shared_u16(a_s + swizzled_byte(r, c & 63), data[pair * slots + i]);
+          if ((c >> 6) == slab)
+            st_shared_u16(a_s + swizzled_byte(r, c & 63), data[pair * slots + i]);
         }
         const int k0 = kt * kBK;
         while (next_col < k0 + kBK) {
