@@ -194,10 +194,17 @@ __device__ __forceinline__ void spmm_sm90(
         const unsigned a_row = a_s + r * 128;
 #pragma unroll
         for (int j = 0; j < 8; ++j) st_shared_zero16(a_row + (((j ^ r) & 7) << 4));
+        // The slab's slot entries: the front key while it is this slab's (the slots ascend by
+        // column), then the keys move up one. A round stores one entry of each lane that has
+        // one left: as many stores as the warp's busiest row has entries in the slab.
+        while (true) {
+          const bool mine = (keys[0] >> 7 & kNoSlab) == static_cast<unsigned>(slab);
+          if (!__any_sync(kFullMask, mine)) break;
+          st_shared_u16_if(mine, a_row + (keys[0] & 127u),
+                           static_cast<unsigned short>(keys[0] >> 16));
 #pragma unroll
-        for (int i = 0; i < kChunk; ++i) {
-          st_shared_u16_if((keys[i] >> 7 & kNoSlab) == static_cast<unsigned>(slab),
-                           a_row + (keys[i] & 127u), static_cast<unsigned short>(keys[i] >> 16));
+          for (int i = 0; i + 1 < kChunk; ++i) keys[i] = mine ? keys[i + 1] : keys[i];
+          keys[kChunk - 1] = mine ? kNoSlab << 7 : keys[kChunk - 1];
         }
         for (int i = kChunk; i < cur.count; ++i) {  // S > kChunk: the rest from global
           const int c = indices[pair * slots + i];
