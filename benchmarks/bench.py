@@ -438,37 +438,13 @@ def matmul_same(xp, a, b):
     return out if out.dtype == a.dtype else out.astype(a.dtype)
 
 
-#: The JSON's ``impl`` of each way of ``_cupy_backend.spmm``.
-SPMM_WAYS = {"rows": "gather", "dense": "toarray + cuBLAS", "sm90": "fused wgmma"}
-
-
 def spmm_way(a, n):
-    """How ``a @ B`` (B with ``n`` columns) runs on a GPU: the gather kernel, cuBLAS on
-    ``a.toarray()`` or the Hopper kernel that builds A in shared memory (the JSON's ``impl``:
-    the library's own choice)."""
+    """How ``a @ B`` (B with ``n`` columns) runs on a GPU: the gather kernel, or cuBLAS on
+    ``a.toarray()`` (the JSON's ``impl``: the library's own choice)."""
     from twell import _cupy_backend
 
-    return SPMM_WAYS[_cupy_backend.spmm_way(*a.shape, n, a.dtype, a._nnz_hint, a.tile_width)]
-
-
-def spmm_other_way(a, n):
-    """The way of ``a @ B`` that the library did not choose, between the gather kernel and
-    the Hopper kernel, or None where the Hopper kernel cannot run: both are timed, so that
-    the choice is checked in every run."""
-    from twell import _cupy_backend
-
-    if not _cupy_backend.spmm_sm90_supported(a.shape, a.tile_width, n, a.dtype):
-        return None
-    return "rows" if spmm_way(a, n) == SPMM_WAYS["sm90"] else "sm90"
-
-
-def spmm_forced(a, b, way):
-    """``a @ b`` (C-contiguous 2-D ``b`` of ``a``'s dtype) by ``way`` of
-    ``_cupy_backend.spmm``."""
-    from twell import _cupy_backend
-
-    return _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, a.dtype, variant=way,
-                              nnz_hint=a._nnz_hint)
+    way = _cupy_backend.spmm_way(*a.shape, n, a.dtype, a._nnz_hint)
+    return "toarray + cuBLAS" if way == "dense" else "gather"
 
 
 def csr_nbytes(nnz, rows, itemsize, index_bytes=4, indptr_bytes=4):
@@ -1321,12 +1297,6 @@ def run_activation_case(bench, case, inp32, dtype, with_gemm, sweep=False):
             bench.measure(case, "spmm", "twell", lambda i, a=a: a[i] @ down[i], family="twell",
                           variant=var, nbuf=nb, check=chk, flops=flops,
                           nbytes=a[0].nbytes + out_bytes, impl=spmm_way(a[0], n))
-        other = spmm_other_way(a_auto[0], n) if a_auto is not None and bench.dev.gpu else None
-        if other is not None:  # variant without "auto": not the default row of the targets
-            bench.measure(case, "spmm", "twell", lambda i: spmm_forced(a_auto[i], down[i], other),
-                          family="twell", variant=f"S={a_auto[0].slots} way={other}", nbuf=nb,
-                          check=chk, flops=flops, nbytes=a_auto[0].nbytes + out_bytes,
-                          impl=SPMM_WAYS[other])
 
     if sweep:
         bench.guarded(case, "spmm", spmm_ops)

@@ -334,20 +334,3 @@ def test_narrow_products_need_a_denser_matrix_to_densify(itemsize):
     m = k = 1 << 17
     assert not _layout.dense_product_pays(m, k, 1, itemsize, m * k)  # full, and still not
     assert _layout.dense_product_pays(m, k, 2048, itemsize, m * k)
-
-
-@pytest.mark.parametrize(("sparsity", "nnz_known", "fused"), [
-    (0.99, True, True),      # the paper's down projection at 99%: the GEMM's time is below
-    (0.95, True, True),      # the gather kernel's from ~0.9% non-zero (H200, twentieth session)
-    (0.999, True, False),    # 0.1% non-zero: gather
-    (0.99, False, False),    # entry count unknown (slots given): gather, no sync
-])
-def test_fused_product_choice_on_the_measured_shape(sparsity, nnz_known, fused):
-    from twell import _layout
-
-    m, k, n = 16384, 5632, 2048
-    nnz = round((1 - sparsity) * m * k) if nnz_known else None
-    assert _layout.fused_product_pays(m, k, n, 2, nnz) is fused
-    # 16-bit values only (the kernel is a bf16/fp16 wgmma GEMM), and never a small product.
-    assert not _layout.fused_product_pays(m, k, n, 4, m * k)
-    assert not _layout.fused_product_pays(64, 64, 64, 2, 64 * 64)

@@ -582,16 +582,9 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         return cupy.zeros((m, n), dtype=out_dtype)
     chosen = variant is None
     if chosen:
-        variant = ("mma" if mma_shape is not None
-                   else spmm_way(m, k, n, out_dtype, nnz_hint, tile_width))
-    if variant not in ("rows", "dense", "mma", "sm90"):
-        raise ValueError(f"variant must be None, 'rows', 'dense', 'mma' or 'sm90'; "
-                         f"got {variant!r}")
-    if variant == "sm90" and not spmm_sm90_supported(shape, tile_width, n, out_dtype):
-        raise ValueError(f"the sm90 SpMM takes 16-bit values, a tile width that is a multiple "
-                         f"of 64 up to {_SPMM_SM90_MAX_TILE}, K > 0 a multiple of 8 and M, N "
-                         f"< 2**31 on a device of compute capability 9.0; got shape={shape}, "
-                         f"tile_width={tile_width}, N={n}, dtype={np.dtype(out_dtype).name}")
+        variant = "mma" if mma_shape is not None else spmm_way(m, k, n, out_dtype, nnz_hint)
+    if variant not in ("rows", "dense", "mma"):
+        raise ValueError(f"variant must be None, 'rows', 'dense' or 'mma'; got {variant!r}")
     # twell_spmm_rows puts blocks of its columns on grid y, at most _MAX_GRID_Y of them:
     # wider products run in column chunks (a copy of each chunk of b).
     chunk = _MAX_GRID_Y * 32
@@ -607,7 +600,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
               _i32(parts.data.shape[2]))
     if tile_index is not None and not _index_pays(parts, m, tile_index):
         tile_index = None
-    if n == 1 and variant not in ("dense", "sm90"):
+    if n == 1 and variant != "dense":
         out = cupy.empty((m, n), dtype=out_dtype)
         lanes = _spmv_lanes(parts, m, tile_index)
         if lanes == 1:  # a thread per row (kSpmvBlock = _BLOCK)
@@ -620,11 +613,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
             kernel(_blocks(m, _BLOCK // lanes), (_BLOCK,), (*common, b, out))
         return out
     run_rows = cupy.ones((), dtype=bool)
-    if variant == "sm90":
-        # B^T in C order, one transposed copy of b (0.01-0.02 ms at the paper's shape).
-        out = _spmm_sm90(parts, shape, tile_width, cupy.ascontiguousarray(b.T), out_dtype)
-        run_rows = _nonfinite(b)
-    elif variant == "dense":
+    if variant == "dense":
         try:
             out = cupy.matmul(to_dense(parts, shape, tile_width), b)
         except cupy.cuda.memory.OutOfMemoryError:
@@ -795,71 +784,16 @@ def _spmv_lanes(parts, m, tile_index=None):
     return _kernels.SPMV_LANES[0] if room <= SPMV_THREAD_ROW_ENTRIES else _kernels.SPMV_LANES[-1]
 
 
-def spmm_way(m, k, n, dtype, nnz_hint, tile_width=None):
-    """How :func:`spmm` runs ``A @ B`` by default, by the conditions listed there, without a
-    host sync: ``"sm90"`` (``twell_spmm_sm90``, where :func:`spmm_sm90_supported` for
-    ``tile_width`` and :func:`twell._layout.fused_product_pays`), ``"dense"`` (cuBLAS on
-    ``A.toarray()``) or ``"rows"`` (the gather kernel). ``"dense"`` still falls back to the
-    gather kernel if the temporary cannot be allocated."""
+def spmm_way(m, k, n, dtype, nnz_hint):
+    """How :func:`spmm` runs ``A @ B`` by default: ``"dense"`` (cuBLAS on ``A.toarray()``) or
+    ``"rows"`` (the gather kernel), by the conditions listed there, without a host sync.
+    ``"dense"`` still falls back to the gather kernel if the temporary cannot be allocated."""
     itemsize = np.dtype(dtype).itemsize
-    if (tile_width is not None and n <= _MAX_GRID_Y * 32
-            and _layout.fused_product_pays(m, k, n, itemsize, nnz_hint)
-            and spmm_sm90_supported((m, k), tile_width, n, dtype)):
-        return "sm90"
     dense = (_layout.dense_product_pays(m, k, n, itemsize, nnz_hint)
              and n <= _MAX_GRID_Y * 32  # no column chunks (spmm)
              and not (itemsize == 4 and _float32_gemm_is_tf32())
              and m * k * itemsize <= _device_bytes() // _DENSE_SHARE)
     return "dense" if dense else "rows"
-
-
-#: ``twell_spmm_sm90`` (``cuda_src/spmm_sm90.cu``): its source, threads (two consumer
-#: warpgroups and a builder thread per row of the 128-row block), the kernels by dtype and by
-#: the slots a builder holds in registers (8, 16 or 32: the fewest that hold the layout's slots,
-#: 32 past that), and the largest tile width (256 slabs of 64 columns: 9 bits of its keys).
-_SPMM_SM90_SOURCE = "spmm_sm90.cu"
-_SPMM_SM90_THREADS = 384
-_SPMM_SM90_CHUNKS = (8, 16, 32)
-_SPMM_SM90_MAX_TILE = 16384
-_SM90_SUFFIX = {"bfloat16": "bf16", "float16": "f16"}
-
-
-def spmm_sm90_supported(shape, tile_width, n, dtype):
-    """Whether ``twell_spmm_sm90`` runs ``A @ B`` for A of ``shape`` and B of ``n`` columns:
-    16-bit values, a tile width that is a multiple of 64 up to ``_SPMM_SM90_MAX_TILE`` (a slab
-    of 64 columns lies in one tile), ``K`` a positive multiple of 8 (the rows of B^T in whole
-    16-byte chunks, as TMA reads them), ``M`` and ``N`` below 2^31 (the box coordinates), on a
-    device of compute capability 9.0 whose driver encodes tensor maps. No host sync."""
-    m, k = shape
-    return (np.dtype(dtype) in _kernels.HALF_DTYPES and tile_width % 64 == 0
-            and 0 < tile_width <= _SPMM_SM90_MAX_TILE and k > 0 and k % 8 == 0
-            and max(m, n) < _TMA_COORD_LIMIT
-            and -(-m // _MATMUL_TILE[0]) * -(-n // _MATMUL_TILE[1]) < 2**31
-            and _kernels.arch_supported(_SPMM_SM90_SOURCE) and _kernels.tensor_maps_supported())
-
-
-def _spmm_sm90(parts, shape, tile_width, bt, out_dtype):
-    """``A @ bt.T`` by ``twell_spmm_sm90`` into a new ``(M, N)`` array, for a C-contiguous,
-    16-byte aligned ``bt`` of shape ``(N, K)`` (B^T: TMA reads it in boxes of 64 x 256, as
-    the fused D2T reads ``w``; :func:`spmm_sm90_supported` holds). The slots' 16-bit arrays
-    are read as 32-bit words (copied if a view leaves them unaligned)."""
-    m, k = shape
-    n = bt.shape[0]
-    data, indices = (a if a.data.ptr % 4 == 0 else a.copy() for a in (parts.data, parts.indices))
-    slots = data.shape[2]
-    chunk = next((c for c in _SPMM_SM90_CHUNKS if slots <= c), _SPMM_SM90_CHUNKS[-1])
-    kernel = _kernels.function(
-        _SPMM_SM90_SOURCE, f"twell_spmm_sm90_{_SM90_SUFFIX[np.dtype(out_dtype).name]}_c{chunk}")
-    kernel.max_dynamic_shared_size_bytes = _MATMUL_SM90_SMEM
-    out = cupy.empty((m, n), dtype=out_dtype)
-    bm, bn = _MATMUL_TILE
-    # Blocks: one 128 x 256 output tile each, the column blocks of a row block consecutive
-    # (they build the same rows of A from L2 at about the same time).
-    kernel((-(-m // bm) * -(-n // bn),), (_SPMM_SM90_THREADS,), (
-        _kernels.tensor_map_2d(bt, _MATMUL_DEPTH, bn), parts.counts, data, indices,
-        parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, _i64(m), _i64(n),
-        _i64(k), _i32(tile_width), _i32(slots), out), shared_mem=_MATMUL_SM90_SMEM)
-    return out
 
 
 def _float32_gemm_is_tf32():

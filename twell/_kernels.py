@@ -131,12 +131,11 @@ INSTANCES = {
                + [f"twell_gated_take<{CTYPES[d]}>" for d in HALF_DTYPES]
                + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16"],
-    "spmm_sm90.cu": [f"twell_spmm_sm90_{t}_c{c}" for t in ("bf16", "f16") for c in (8, 16, 32)],
 }
 
 #: Sources for one architecture: name -> (NVRTC/nvcc ``-arch``, the device's compute
 #: capability as CuPy writes it). Their kernels are ``extern "C"`` (no name expressions).
-ARCH_SOURCES = {"matmul_pack_sm90.cu": ("sm_90a", "90"), "spmm_sm90.cu": ("sm_90a", "90")}
+ARCH_SOURCES = {"matmul_pack_sm90.cu": ("sm_90a", "90")}
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
 #: are values like any other (and non-zeros).

@@ -205,22 +205,6 @@ def dense_product_pays(m, k, n, itemsize, nnz):
     return nnz > dense_product_density(n, itemsize) * m * k
 
 
-#: ``twell_spmm_sm90`` (the Hopper SpMM that builds A in shared memory for a dense
-#: tensor-core GEMM): multiply-adds per second, as cuBLAS's ``GEMM_MACS`` until measured.
-FUSED_MACS = 4.5e14
-
-
-def fused_product_pays(m, k, n, itemsize, nnz):
-    """Whether ``A @ B`` is faster on a GPU by ``twell_spmm_sm90`` (the time of a dense GEMM
-    of 16-bit values, ``M * K * N / FUSED_MACS``, plus a transposed copy of B at
-    ``DENSIFY_BYTES``) than by the gather kernel (``nnz * N * GATHER_SECONDS``). ``nnz=None``
-    answers False, as do float32 and float64 and products below ``DENSE_PRODUCT_MIN_WORK``."""
-    if nnz is None or itemsize != 2 or n < 1 or m * k * n < DENSE_PRODUCT_MIN_WORK:
-        return False
-    fused = m * k * n / FUSED_MACS + 2 * k * n * itemsize / DENSIFY_BYTES
-    return nnz * n * GATHER_SECONDS[itemsize] > fused
-
-
 #: The gated FFN's up projection on a GPU for 16-bit values (``_cupy_backend.gated_up``):
 #: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
 #: whose x and w_up rows come from L2. Its alternative is cuBLAS's whole product in float32

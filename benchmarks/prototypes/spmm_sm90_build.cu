@@ -1,11 +1,10 @@
-// spmm_sm90.cu: twell_spmm_sm90_bf16 and _f16, A @ B for a TwELL A of 16-bit values on Hopper
-// (sm_90a only: wgmma and TMA) as a dense tensor-core GEMM whose A operand is built in shared
-// memory from the TwELL arrays: the product at densities where every 128 x 64 block of A holds
-// entries (~1% non-zero and up) costs what a dense GEMM costs, without A.toarray() (a dense
-// M x K temporary written and read again: 0.14 ms of the 0.57 at the paper's down
-// projection at 95%, H200, benchmarks/NOTES.md, twentieth session).
-// The loader (twell/_kernels.py) compiles this file with NVRTC for -arch=sm_90a, and only on a
-// device of compute capability 9.0; CI compiles it with nvcc for sm_90a.
+// spmm_sm90_build.cu (prototype, benchmarks/prototypes/README.md): twell_spmm_sm90_bf16 and _f16,
+// A @ B for a TwELL A of 16-bit values on Hopper (sm_90a: wgmma and TMA) as a dense tensor-core
+// GEMM whose A operand is built in shared memory from the TwELL arrays, instead of
+// A.toarray() + cuBLAS (a dense M x K temporary written and read again: 0.14 ms of the 0.56
+// at the paper's down projection at 95%, H200). Run in the twentieth session (H200, calls 1-4,
+// benchmarks/results/2026-12-04-h200-t/): right (the GPU tests of that session, 10 passed),
+// but slower than the ways it was to replace at every density (benchmarks/NOTES.md).
 //
 // Block tile 128 x 256 of the (M, N) output, k in stages of 64 (a "slab"), 384 threads:
 //   - warps 0-7 are two consumer warpgroups, each wgmma.m64n256k16 on its 64 rows (128 fp32
