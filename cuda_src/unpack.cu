@@ -3,58 +3,40 @@
 
 using namespace twell;
 
-// Threads per block of twell_unpack_dense (the launcher's block): its staging holds one
-// VEC-vector per thread.
-constexpr int kUnpackThreads = 256;
-
-// TwELL slots -> dense (M, K) row-major. One warp per (row, tile), in windows of 32 * VEC
-// columns: the warp writes zeros over its window in shared memory, then (after __syncwarp)
-// the window's slot entries there, then stores the window with one VEC-wide store per lane.
-// Every output element is written once, by whole 16-byte stores, so the output needs no
-// memset; the overflow follows in twell_scatter_csr. (The earlier form wrote zeros over the
-// output, then each entry over them: twice the store transactions, 45-50% of the copy
-// bandwidth at the paper's down projection on an H200, benchmarks/NOTES.md.) VEC > 1 needs
-// K, T and the base pointer 16-byte aligned (the launcher checks).
-// Grid: ceil(M * n_tiles / 8) blocks of kUnpackThreads.
+// TwELL slots -> dense (M, K) row-major. One warp per (row, tile): it writes zeros over the
+// tile's columns of its row, then (after __syncwarp, which orders the warp's global writes)
+// its slot entries. Every output element is written, so the output needs no memset; the
+// overflow follows in twell_scatter_csr. Each lane reads its first slot together with the
+// count (slots past the count hold zeros: reading them is harmless), so that a pair costs one
+// round trip to memory, not two (the kernel is latency-bound: ~2.1 TB/s of reads and writes
+// at the paper's down projection on an H200, benchmarks/NOTES.md, twentieth session). VEC > 1 needs K, T and the base pointer 16-byte
+// aligned (the launcher checks).
+// Grid: ceil(M * n_tiles / warps per block) blocks of whole warps.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kUnpackThreads)
-twell_unpack_dense(const int* __restrict__ counts, const T* __restrict__ data,
-                   const unsigned short* __restrict__ indices, long long n_rows,
-                   long long n_cols, int tile_width, int slots, T* __restrict__ out) {
+__global__ void twell_unpack_dense(const int* __restrict__ counts, const T* __restrict__ data,
+                                   const unsigned short* __restrict__ indices, long long n_rows,
+                                   long long n_cols, int tile_width, int slots, T* __restrict__ out) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
-  constexpr int kWindow = kWarp * VEC;
-  __shared__ Vec<T, VEC> stage[kUnpackThreads];
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long pair = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
-  if (pair >= n_rows * tiles) return;  // whole warps
+  if (pair >= n_rows * tiles) return;
   const long long row = pair / tiles;
   const long long col0 = (pair - row * tiles) * tile_width;
   const long long width = min(static_cast<long long>(tile_width), n_cols - col0);
   T* __restrict__ dst = out + row * n_cols + col0;
-  T* const window = reinterpret_cast<T*>(stage + (threadIdx.x - lane));
-  Vec<T, VEC> zeros;
+  T zeros[VEC];
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) zeros.v[i] = Value<T>::zero();
-  const int used = counts[pair];
+  for (int i = 0; i < VEC; ++i) zeros[i] = Value<T>::zero();
   const long long base = pair * slots;
-  int s = lane;  // this lane's next slot: slots lane, lane + 32, ... ascend by column
-  for (long long w0 = 0; w0 < width; w0 += kWindow) {
-    stage[threadIdx.x] = zeros;
-    __syncwarp();
-    for (; s < used; s += kWarp) {
-      const int c = indices[base + s];
-      if (c >= w0 + kWindow) break;
-      window[c - w0] = data[base + s];
-    }
-    __syncwarp();
-    const long long j0 = w0 + lane * VEC;
-    if (j0 < width) {
-      const Vec<T, VEC> w = stage[threadIdx.x];
-      *reinterpret_cast<Vec<T, VEC>*>(dst + j0) = w;
-    }
-    __syncwarp();  // the window is read before the next one's zeros
-  }
+  const bool first = lane < slots;
+  const int column = first ? indices[base + lane] : 0;
+  const T value = first ? data[base + lane] : Value<T>::zero();
+  const int used = counts[pair];
+  for (long long j0 = lane * VEC; j0 < width; j0 += kWarp * VEC) store_vec<T, VEC>(dst, j0, zeros);
+  __syncwarp();
+  if (lane < used) dst[column] = value;
+  for (int s = lane + kWarp; s < used; s += kWarp) dst[indices[base + s]] = data[base + s];
 }
 
 // CSR entries -> dense (M, K): out[row, col] = value, one thread per entry; the row comes from
