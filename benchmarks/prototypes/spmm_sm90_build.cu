@@ -23,7 +23,8 @@
 // when their slab is built. Tile widths are multiples of 64, so a slab lies in one tile.
 // The sums: each output is the fp32 sum over k steps of 16 in order, rounded once to T; the
 // A operand holds zeros where A has no entry, so B's Inf or NaN there would poison the sum
-// (the launcher recomputes such products with the gather kernel, as for the dense way).
+// (a launcher must recompute such products with the gather kernel, as the library's dense
+// way does when B holds Inf or NaN).
 #include "twell_layout.cuh"
 #include "mma.cuh"
 #include "matmul_pack.cuh"
@@ -56,8 +57,8 @@ __device__ __forceinline__ void st_shared_u16(unsigned address, unsigned short v
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(address), "h"(value) : "memory");
 }
 
-// st_shared_u16 where `store`, as a predicated instruction: a branch around each of a
-// builder's kChunk stores a slab would serialise them (no overlap of their address chains).
+// st_shared_u16 where `store`, as a predicated instruction instead of a divergent branch around
+// it (the second form stored every slot of a slab this way; the third, a round's front keys).
 __device__ __forceinline__ void st_shared_u16_if(bool store, unsigned address,
                                                  unsigned short value) {
   asm volatile(
