@@ -8,8 +8,9 @@ using namespace twell;
 // its slot entries. Every output element is written, so the output needs no memset; the
 // overflow follows in twell_scatter_csr. Each lane reads its first slot together with the
 // count (slots past the count hold zeros: reading them is harmless), so that a pair costs one
-// round trip to memory, not two (the kernel is latency-bound: ~2.1 TB/s of reads and writes
-// at the paper's down projection on an H200, benchmarks/NOTES.md, twentieth session). VEC > 1 needs K, T and the base pointer 16-byte
+// round trip to memory, not two: the kernel is latency-bound (at the paper's down projection
+// on an H200, 2.4-2.5 TB/s of reads and writes this way, 2.1-2.3 with the count read first;
+// benchmarks/NOTES.md, twentieth session). VEC > 1 needs K, T and the base pointer 16-byte
 // aligned (the launcher checks).
 // Grid: ceil(M * n_tiles / warps per block) blocks of whole warps.
 template <typename T, int VEC>
