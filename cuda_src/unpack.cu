@@ -8,10 +8,10 @@ using namespace twell;
 // its slot entries. Every output element is written, so the output needs no memset; the
 // overflow follows in twell_scatter_csr. Each lane reads its first slot together with the
 // count (slots past the count hold zeros: reading them is harmless), so that a pair costs one
-// round trip to memory, not two: the kernel is latency-bound (at the paper's down projection
-// on an H200, 2.4-2.5 TB/s of reads and writes this way, 2.1-2.3 with the count read first;
-// benchmarks/NOTES.md, twentieth session). VEC > 1 needs K, T and the base pointer 16-byte
-// aligned (the launcher checks).
+// round trip to memory, not two. Reading the count first was latency-bound; this way writes
+// the paper's down projection at 2.2 TB/s on an H200, what a copy writes, and more pairs a
+// warp do not help (benchmarks/NOTES.md, twentieth session). VEC > 1 needs K, T and the base
+// pointer 16-byte aligned (the launcher checks).
 // Grid: ceil(M * n_tiles / warps per block) blocks of whole warps.
 template <typename T, int VEC>
 __global__ void twell_unpack_dense(const int* __restrict__ counts, const T* __restrict__ data,

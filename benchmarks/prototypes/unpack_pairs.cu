@@ -1,9 +1,9 @@
 // unpack_pairs.cu (prototype, benchmarks/prototypes/README.md): the shipped twell_unpack_dense
-// (cuda_src/unpack.cu) with PAIRS consecutive (row, tile) pairs a warp. The shipped kernel is
-// latency-bound (one warp per pair: its count and first slots read, then its stores; 2.4-2.5
-// TB/s of reads and writes at the paper's down projection on an H200 against a copy's 4.2):
-// here a warp issues the reads of all its pairs before the first store, and the grid has
-// PAIRS times fewer blocks to schedule. Same writes, same order per pair, same bits.
+// (cuda_src/unpack.cu) with PAIRS consecutive (row, tile) pairs a warp: a warp issues the
+// reads of all its pairs before the first store, and the grid has PAIRS times fewer blocks to
+// schedule. Same writes, same order per pair, same bits. Run in the twentieth session (H200,
+// call 8): no gain at 2, 4 or 8 pairs; the shipped kernel already writes at a copy's rate
+// (benchmarks/NOTES.md).
 #include "twell_layout.cuh"
 
 using namespace twell;
