@@ -1,7 +1,8 @@
 """The dense pack's passes once each for ncu (twenty-first session, call 2): the shipped
 twell_pack_dense slots and count passes, the streaming prototype's count pass (3 stages) and
 the read-only kernel, bf16, the paper's activations at 99% (M 16384, K 5632), slots 6.
-Usage (repository root, on the GPU): ncu ... python3 benchmarks/results/2026-12-04-h200-u/pack_ncu.py
+Usage (repository root, on the GPU):
+    ncu ... python3 benchmarks/results/2026-12-04-h200-u/pack_ncu.py
 """
 import sys
 
