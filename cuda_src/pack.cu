@@ -49,99 +49,155 @@ __device__ __forceinline__ int pack_pair(const T* __restrict__ dense, long long 
 // Warps per block of twell_pack_dense (the launcher's block size; its shared memory is per warp).
 constexpr int kPackWarps = 8;
 
+// The raw bits of VEC values as one warp-wide load moves them: a 16-byte vector, or one value.
+template <typename T, int VEC> struct Raw {
+  using type = uint4;
+  __device__ static type zero() { return make_uint4(0u, 0u, 0u, 0u); }
+};
+template <typename T> struct Raw<T, 1> {
+  using type = T;
+  __device__ static type zero() { return Value<T>::zero(); }
+};
+
+// Bit i set where value i of `w` is non-zero (is_nonzero). For 16-bit values all 8 at once from
+// the 4 words (SWAR): the low 15 bits of each half plus 0x7fff carry into the half's bit 15
+// exactly when they are not all zero (no carry crosses a half: 0x7fff + 0x7fff < 0x10000).
+// Unpacking and comparing 8 values one by one made the pack bound by instruction issue.
+template <typename T, int VEC>
+__device__ __forceinline__ unsigned nonzero_bits(const typename Raw<T, VEC>::type& w) {
+  if constexpr (VEC == 1) {
+    return static_cast<unsigned>(is_nonzero(w));
+  } else if constexpr (sizeof(T) == 2) {
+    const auto high = [](unsigned x) { return ((x & 0x7fff7fffu) + 0x7fff7fffu) & 0x80008000u; };
+    // Bit 15 of word k (value 2k) to bit 2k, bit 31 (value 2k + 1) to bit 16 + 2k.
+    const unsigned x = high(w.x) >> 15 | high(w.y) >> 13 | high(w.z) >> 11 | high(w.w) >> 9;
+    return (x & 0x55u) | (x >> 15 & 0xaau);
+  } else {
+    const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(&w);
+    unsigned bits = 0;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) bits |= static_cast<unsigned>(is_nonzero(v.v[i])) << i;
+    return bits;
+  }
+}
+
 // PAIRS consecutive (row, tile) pairs first, first + 1, ... of one warp, each fitting in
 // CHUNKS warp-wide vector loads (T <= CHUNKS * kWarp * VEC), kModeCount or kModeSlots. Returns
 // the warp's entries past the slots, sum over its pairs of max(total - S, 0) (kModeSlots), the
 // same in every lane.
-// The PAIRS * CHUNKS loads are issued before anything else. A lane's ranks come from one ballot per bit
-// of its non-zero count (no shuffle chain). The slots then go out through shared memory: each
-// lane writes the columns of its non-zeros of rank < S to stage_cols[pair][rank] (its values
-// are already in stage_vals, the tile as loaded), and the warp writes the PAIRS * S
-// consecutive slots of its pairs, zeros after each count included, with coalesced stores:
-// per-non-zero 2-byte stores scattered over the slots, a select chain per value and a second
-// loop for the zeros made the previous version bound by instruction issue, not by memory.
+// The PAIRS * CHUNKS loads are issued before anything else. The count pass sums the lanes'
+// counts with one reduction a pair. The slots pass ranks a lane's non-zeros with one ballot per
+// bit of the largest count in the warp (one at 99% sparsity, where no lane holds two), then the
+// slots go out through shared memory: each lane writes the columns of its non-zeros of rank < S
+// to stage_cols[pair][rank] (its values are already in stage_vals, the tile as loaded), and the
+// warp writes the PAIRS * S consecutive slots of its pairs, zeros after each count included,
+// with coalesced stores (per-non-zero 2-byte stores scattered over the slots, a select chain
+// per value and a second loop for the zeros made an earlier version bound by instruction issue).
+// The kernel is still bound by issue, not memory (ncu, benchmarks/NOTES.md, twenty-first
+// session): each cut above is in instructions a pair.
 template <typename T, int VEC, int PAIRS, int CHUNKS>
 __device__ __forceinline__ int pack_pairs_staged(
     const T* __restrict__ dense, long long n_cols, long long tiles, int tile_width, int slots,
     int mode, long long first, long long n_pairs, int lane, int* __restrict__ totals,
     int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices) {
+  using R = typename Raw<T, VEC>::type;
   constexpr int kSpan = kWarp * VEC;     // columns of one warp-wide load
   constexpr int kTile = CHUNKS * kSpan;  // the widest tile this path takes
-  __shared__ Vec<T, VEC> stage_vals[kPackWarps][PAIRS][CHUNKS * kWarp];
+  __shared__ R stage_vals[kPackWarps][PAIRS][CHUNKS * kWarp];
   __shared__ unsigned short stage_cols[kPackWarps][PAIRS][kTile];
   const int warp = threadIdx.x / kWarp;  // < kPackWarps (__launch_bounds__)
   const long long j0 = static_cast<long long>(lane) * VEC;
   // Pairs first .. first + n_live - 1 exist (n_live >= 1: the caller returned otherwise).
   const int n_live = static_cast<int>(min(static_cast<long long>(PAIRS), n_pairs - first));
-  T v[PAIRS][CHUNKS][VEC];
+  R w[PAIRS][CHUNKS];
   {
-    const long long row0 = first / tiles;
-    long long row = row0, tile = first - row0 * tiles;
+    long long row, tile;
+    if (n_pairs <= 0xffffffffll) {  // a 32-bit division: a 64-bit one is a long routine
+      const unsigned f = static_cast<unsigned>(first), t = static_cast<unsigned>(tiles);
+      row = f / t;
+      tile = f - static_cast<unsigned>(row) * t;
+    } else {
+      row = first / tiles;
+      tile = first - row * tiles;
+    }
 #pragma unroll
     for (int q = 0; q < PAIRS; ++q) {
       const long long col0 = tile * tile_width;
-      // A dead pair loads nothing (limit 0) from the matrix's start.
+      // A dead pair loads nothing (width 0).
       const long long width =
           q < n_live ? min(static_cast<long long>(tile_width), n_cols - col0) : 0;
+      const R* src = reinterpret_cast<const R*>(dense + row * n_cols + col0 + j0);
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c)
-        load_vec<T, VEC>(dense + (q < n_live ? row * n_cols + col0 : 0), j0 + c * kSpan, width,
-                         v[q][c]);
+        w[q][c] = j0 + c * kSpan < width ? src[c * kWarp] : Raw<T, VEC>::zero();
       if (++tile == tiles) { tile = 0; ++row; }
     }
   }
-  const unsigned below = (1u << lane) - 1u;  // the lanes before this one
-  int total[PAIRS];
-#pragma unroll
-  for (int q = 0; q < PAIRS; ++q) {
-    int sum = 0;  // non-zeros of the chunks before this one
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
-      unsigned bits = 0;
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) bits |= static_cast<unsigned>(is_nonzero(v[q][c][i])) << i;
-      const int n = __popc(bits);
-      // n <= VEC: bit b of every lane's count in one ballot gives the sums before this lane
-      // and over the warp.
-      int before = sum;
-#pragma unroll
-      for (int b = 0; (1 << b) <= VEC; ++b) {
-        const unsigned m = __ballot_sync(kFullMask, (n >> b) & 1);
-        before += __popc(m & below) << b;
-        sum += __popc(m) << b;
-      }
-      if (mode == kModeSlots) {
-        const long long j = j0 + c * kSpan;
-        store_vec<T, VEC>(reinterpret_cast<T*>(stage_vals[warp][q]), j, v[q][c]);
-        int rank = before;
-        for (unsigned rest = bits; rest != 0u && rank < slots; rest &= rest - 1u, ++rank)
-          stage_cols[warp][q][rank] = static_cast<unsigned short>(j + __ffs(rest) - 1);
-      }
-    }
-    total[q] = sum;  // a dead pair loaded zeros: 0
-  }
   // total of pair q for a run-time q: a select chain keeps total[] in registers.
+  int total[PAIRS];
   const auto total_of = [&](int q) {
     int t = total[0];
 #pragma unroll
     for (int k = 1; k < PAIRS; ++k) t = k == q ? total[k] : t;
     return t;
   };
+  if (mode != kModeSlots) {
+#pragma unroll
+    for (int q = 0; q < PAIRS; ++q) {
+      int n = 0;
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) n += __popc(nonzero_bits<T, VEC>(w[q][c]));
+      total[q] = __reduce_add_sync(kFullMask, n);
+    }
+    if (lane < n_live) totals[first + lane] = total_of(lane);
+    return 0;
+  }
+  const unsigned below = (1u << lane) - 1u;  // the lanes before this one
+#pragma unroll
+  for (int q = 0; q < PAIRS; ++q) {
+    int sum = 0;  // non-zeros of the chunks before this one
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const unsigned bits = nonzero_bits<T, VEC>(w[q][c]);
+      const int n = __popc(bits);
+      // Bit b of every lane's count in one ballot gives the sums before this lane and over
+      // the warp; bits above the largest count in the warp are zero everywhere.
+      const int widest = 32 - __clz(__reduce_or_sync(kFullMask, static_cast<unsigned>(n)));
+      int before = sum;
+#pragma unroll
+      for (int b = 0; (1 << b) <= VEC; ++b) {
+        if (b < widest) {
+          const unsigned m = __ballot_sync(kFullMask, (n >> b) & 1);
+          before += __popc(m & below) << b;
+          sum += __popc(m) << b;
+        }
+      }
+      stage_vals[warp][q][c * kWarp + lane] = w[q][c];
+      const int j = static_cast<int>(j0) + c * kSpan;
+      int rank = before;
+      for (unsigned rest = bits; rest != 0u && rank < slots; rest &= rest - 1u, ++rank)
+        stage_cols[warp][q][rank] = static_cast<unsigned short>(j + __ffs(rest) - 1);
+    }
+    total[q] = sum;  // a dead pair loaded zeros: 0
+  }
   int over = 0;
 #pragma unroll
   for (int q = 0; q < PAIRS; ++q) over += max(total[q] - slots, 0);
   if (lane < n_live) {
     const int t = total_of(lane);
     totals[first + lane] = t;
-    if (mode == kModeSlots) counts[first + lane] = min(t, slots);
+    counts[first + lane] = min(t, slots);
   }
-  if (mode != kModeSlots) return 0;
   __syncwarp();  // stage_vals and stage_cols written by every lane
   const T* staged = reinterpret_cast<const T*>(stage_vals[warp]);
   T* __restrict__ out_data = data + first * slots;
   unsigned short* __restrict__ out_indices = indices + first * slots;
+  // e / S by a multiply-high with ceil(2^32 / S): exact for e < 2^16 and S <= 2^16 (e <
+  // PAIRS * S <= 4 * 1024 here), where a division is a routine of ~20 instructions.
+  const unsigned inverse = 0xffffffffu / static_cast<unsigned>(slots) + 1u;
   for (int e = lane; e < n_live * slots; e += kWarp) {
-    const int q = e / slots, s = e - q * slots;
+    const int q = slots == 1 ? e : static_cast<int>(__umulhi(static_cast<unsigned>(e), inverse));
+    const int s = e - q * slots;
     T value = Value<T>::zero();
     unsigned short col = 0;
     if (s < total_of(q)) {
