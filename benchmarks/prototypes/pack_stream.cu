@@ -172,7 +172,8 @@ proto_pack_stream(const T* __restrict__ dense, long long n_rows, long long n_col
     atomicAdd(n_overflow, static_cast<unsigned long long>(over));
 }
 
-// proto_pack_lean<T, VEC, PAIRS, CHUNKS>: v4 (a warp per group of PAIRS pairs, its loads in
+// proto_pack_lean<T, VEC, PAIRS, CHUNKS>: as of call 8, the shipped lean pack_pairs_staged
+// (pack.cu) plus a 32-bit division for the tile count. Calls 3-4: v4 (a warp per group of PAIRS pairs, its loads in
 // registers, short-lived warps) with fewer instructions a pair. ncu (call 2, at ncu's 1.49
 // GHz) put v4 at 79% of the SM's issue rate, 0.64-0.74 instructions issued a cycle a
 // scheduler: ~120 instructions a pair in the count pass and ~190 in the slots pass, where the
@@ -230,7 +231,13 @@ proto_pack_lean(const T* __restrict__ dense, long long n_rows, long long n_cols,
   constexpr int kTile = CHUNKS * kSpan;
   __shared__ uint4 stage_vals[kLeanWarps][PAIRS][CHUNKS * kWarp];
   __shared__ unsigned short stage_cols[kLeanWarps][PAIRS][kTile];
-  const long long tiles = n_tiles(n_cols, tile_width);
+  // Call 8: the tile count by a 32-bit division (n_tiles divides in 64 bits: a long routine
+  // that every warp of this one-group-a-warp kernel runs once).
+  const long long tiles =
+      n_cols < 0x7fffffffll - tile_width
+          ? static_cast<long long>((static_cast<unsigned>(n_cols) + tile_width - 1u) /
+                                   static_cast<unsigned>(tile_width))
+          : n_tiles(n_cols, tile_width);
   const long long n_pairs = n_rows * tiles;
   const long long first =
       (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp * PAIRS;
@@ -286,12 +293,15 @@ proto_pack_lean(const T* __restrict__ dense, long long n_rows, long long n_cols,
     for (int c = 0; c < CHUNKS; ++c) {
       const unsigned bits = lean_bits<T, VEC>(w[q][c]);
       const int n = __popc(bits);
+      const int widest = 32 - __clz(__reduce_or_sync(kFullMask, static_cast<unsigned>(n)));
       int before = sum;
 #pragma unroll
       for (int b = 0; (1 << b) <= VEC; ++b) {
-        const unsigned m = __ballot_sync(kFullMask, (n >> b) & 1);
-        before += __popc(m & below) << b;
-        sum += __popc(m) << b;
+        if (b < widest) {
+          const unsigned m = __ballot_sync(kFullMask, (n >> b) & 1);
+          before += __popc(m & below) << b;
+          sum += __popc(m) << b;
+        }
       }
       stage_vals[warp][q][c * kWarp + lane] = w[q][c];
       const int j = static_cast<int>(j0) + c * kSpan;
