@@ -64,6 +64,25 @@ def test_vector_and_scalar_paths_agree(rng, dtype):
     assert cupy.array_equal((a @ rhs).view(np.uint8), (a @ odd).view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, twell.bfloat16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(("tile_width", "slots"), [(256, 6), (256, "auto"), (64, 3), (1024, 40)])
+def test_pack_sees_every_16_bit_pattern(rng, dtype, tile_width, slots):
+    # The 16-bit pack tests 8 values at once on their bits (pack.cu, nonzero_bits): each of
+    # the 65536 patterns, at a random place of a sparse matrix, must be an entry exactly when
+    # its low 15 bits are not all zero (NaN, Inf and subnormals of either sign are entries;
+    # +0.0 and -0.0 are not), and come back with its bits. Tile widths of one vector load a
+    # pair (256), a partial one (64) and four (1024); slots that leave an overflow.
+    patterns = np.arange(2**16, dtype=np.uint16)
+    raw = np.zeros(1024 * 1024, dtype=np.uint16)
+    raw[rng.permutation(raw.size)[: patterns.size]] = patterns  # ~6% of the matrix
+    raw = raw.reshape(1024, 1024)
+    a = twell.TwELLMatrix(cupy.asarray(raw).view(dtype), tile_width=tile_width, slots=slots)
+    entry = (raw & 0x7FFF) != 0
+    assert a.nnz == int(entry.sum()) == 2**16 - 2
+    assert slots == "auto" or a.overflow_nnz > 0
+    assert np.array_equal(a.toarray().get().view(np.uint16), np.where(entry, raw, 0))
+
+
 @pytest.mark.parametrize("slots", [1, 3, 64])
 def test_packing_and_spmm_are_bitwise_deterministic(rng, slots):
     x = _activations(rng, 200, 777, 0.1, twell.bfloat16)
