@@ -87,7 +87,7 @@ __device__ __forceinline__ unsigned nonzero_bits(const typename Raw<T, VEC>::typ
 // same in every lane.
 // The PAIRS * CHUNKS loads are issued before anything else. The count pass sums the lanes'
 // counts with one reduction a pair. The slots pass ranks a lane's non-zeros with one ballot per
-// bit of the largest count in the warp (one at 99% sparsity, where no lane holds two), then the
+// bit of the largest count in the warp (one in most warps at 99% sparsity), then the
 // slots go out through shared memory: each lane writes the columns of its non-zeros of rank < S
 // to stage_cols[pair][rank] (its values are already in stage_vals, the tile as loaded), and the
 // warp writes the PAIRS * S consecutive slots of its pairs, zeros after each count included,
@@ -133,14 +133,8 @@ __device__ __forceinline__ int pack_pairs_staged(
       if (++tile == tiles) { tile = 0; ++row; }
     }
   }
-  // total of pair q for a run-time q: a select chain keeps total[] in registers.
+  // total[q] for a run-time q is pick(total, q): a select chain keeps total[] in registers.
   int total[PAIRS];
-  const auto total_of = [&](int q) {
-    int t = total[0];
-#pragma unroll
-    for (int k = 1; k < PAIRS; ++k) t = k == q ? total[k] : t;
-    return t;
-  };
   if (mode != kModeSlots) {
 #pragma unroll
     for (int q = 0; q < PAIRS; ++q) {
@@ -149,7 +143,7 @@ __device__ __forceinline__ int pack_pairs_staged(
       for (int c = 0; c < CHUNKS; ++c) n += __popc(nonzero_bits<T, VEC>(w[q][c]));
       total[q] = __reduce_add_sync(kFullMask, n);
     }
-    if (lane < n_live) totals[first + lane] = total_of(lane);
+    if (lane < n_live) totals[first + lane] = pick(total, lane);
     return 0;
   }
   const unsigned below = (1u << lane) - 1u;  // the lanes before this one
@@ -184,7 +178,7 @@ __device__ __forceinline__ int pack_pairs_staged(
 #pragma unroll
   for (int q = 0; q < PAIRS; ++q) over += max(total[q] - slots, 0);
   if (lane < n_live) {
-    const int t = total_of(lane);
+    const int t = pick(total, lane);
     totals[first + lane] = t;
     counts[first + lane] = min(t, slots);
   }
@@ -200,7 +194,7 @@ __device__ __forceinline__ int pack_pairs_staged(
     const int s = e - q * slots;
     T value = Value<T>::zero();
     unsigned short col = 0;
-    if (s < total_of(q)) {
+    if (s < pick(total, q)) {
       col = stage_cols[warp][q][s];
       value = staged[q * kTile + col];
     }
