@@ -1,6 +1,7 @@
 """PROTOTYPE check and timing of ``pack_stream.cu``: the dense pack's count and slots passes
 with each warp looping over its groups and a ring of groups in shared memory filled by
-cp.async (NOTES, open question 4), against the shipped ``twell_pack_dense`` (v4).
+cp.async (NOTES, open question 4), against the shipped ``twell_pack_dense`` (v4 until
+9560815, the lean form since; the table's "v4" row is the shipped kernel).
 
 Not part of the package or the test-suite. One device call answers: does the prototype give
 the shipped kernel's bits (totals, counts, slots, overflow count; outputs poisoned first) on
@@ -28,7 +29,7 @@ import _dev  # noqa: E402
 
 WARPS = 8  # kStreamWarps
 STAGE_CHOICES = (2, 3, 4)
-KINDS = (0, 3)  # checked and timed: lean, and the streaming kernel with 3 stages
+KINDS = (3,)  # checked and timed: the streaming kernel with 3 stages
 i32, i64 = np.int32, np.int64
 
 
@@ -43,11 +44,9 @@ def shape_of(dtype, tile_width):
 
 
 def expr(dtype, tile_width, stages):
-    """The streaming kernel with ``stages`` stages, or with 0 the lean one."""
+    """The streaming kernel with ``stages`` stages."""
     vec, pairs, chunks = shape_of(dtype, tile_width)
     ctype = _kernels.CTYPES[np.dtype(dtype)]
-    if stages == 0:
-        return f"proto_pack_lean<{ctype}, {vec}, {pairs}, {chunks}>"
     return f"proto_pack_stream<{ctype}, {vec}, {pairs}, {chunks}, {stages}>"
 
 
@@ -66,24 +65,23 @@ def module(exprs):
 
 class Stream:
     """proto_pack_stream for one dtype, tile width and stage count, called as the launcher's
-    slots and count passes; its grid is what the device holds at once. ``stages=0``:
-    proto_pack_lean, a warp per group as the shipped launcher runs v4."""
+    slots and count passes; its grid is what the device holds at once."""
 
     def __init__(self, dtype, tile_width, stages):
         self.dtype, self.tile_width, self.stages = np.dtype(dtype), tile_width, stages
         name = expr(dtype, tile_width, stages)
         mod = module([expr(d, tile_width, s) for d in (twell.bfloat16, np.float32)
-                      for s in (0, *STAGE_CHOICES)])
+                      for s in STAGE_CHOICES])
         self.kernel = mod.get_function(name)
         vec, pairs, chunks = shape_of(dtype, tile_width)
         self.pairs = pairs
-        self.smem = WARPS * pairs * chunks * 32 * (16 * stages + 2 * vec) if stages else 0
+        self.smem = WARPS * pairs * chunks * 32 * (16 * stages + 2 * vec)
         self.kernel.max_dynamic_shared_size_bytes = self.smem
         dev = cupy.cuda.Device()
         per_sm_smem = dev.attributes["MaxSharedMemoryPerMultiprocessor"]
         regs = self.kernel.num_regs * WARPS * 32
         self.per_sm = max(1, min(per_sm_smem // (self.smem + 1024), 65536 // regs, 64 // WARPS))
-        self.grid_cap = self.per_sm * dev.attributes["MultiProcessorCount"] if stages else 2**31
+        self.grid_cap = self.per_sm * dev.attributes["MultiProcessorCount"]
 
     def __call__(self, z, slots, mode, totals, parts, counter):
         m, k = z.shape
@@ -179,7 +177,7 @@ def main():
         contenders = {"v4": lambda *a, z=z: shipped(z, 256, *a)}
         for stages in KINDS:
             fn = Stream(z.dtype, 256, stages)
-            name = f"stream{stages} ({fn.per_sm}/SM)" if stages else "lean"
+            name = f"stream{stages} ({fn.per_sm}/SM)"
             contenders[name] = lambda *a, z=z, fn=fn: fn(z, *a)
         outs = outputs(z, 256, slots)
         copy_dst = cupy.empty_like(z)
