@@ -5,6 +5,9 @@ Imported as ``_dev`` by scripts run from the repository root (``python benchmark
 ``benchmarks/`` on the import path).
 """
 
+import collections
+import time
+
 import cupy
 import numpy as np
 from scipy.special import ndtri
@@ -52,3 +55,57 @@ def gate_weight(w0, s, dtype):
     w = w0.copy()
     w[:, 0] = -ndtri(s)
     return w.astype(dtype)
+
+
+class StageProfile:
+    """Where a call spends its time between its steps: each wrapped function records a CUDA
+    event and the host clock as it starts and ends, and between consecutive marks the events
+    give the GPU's time and the clock the host's (the GPU is idle at the call's start, so an
+    event records when the host got there if nothing is queued before it). The wrappers cost
+    a few microseconds of host time each. Used by the results folders' ``gaps.py`` scripts."""
+
+    def __init__(self):
+        self.marks = []
+
+    def mark(self, name):
+        event = cupy.cuda.Event()
+        event.record()
+        self.marks.append((name, time.perf_counter(), event))
+
+    def wrap(self, module, names):
+        """Replaces ``module.<name>`` for each of ``names`` by a wrapper that marks its start
+        and end (callers that look the name up at call time see the wrapper)."""
+        for name in names:
+            inner = getattr(module, name)
+
+            def wrapped(*args, _inner=inner, _name=name, **kwargs):
+                self.mark(f"{_name}>")
+                result = _inner(*args, **kwargs)
+                self.mark(f"{_name}<")
+                return result
+
+            setattr(module, name, wrapped)
+
+    def breakdown(self, label, fn, reps=20):
+        """Prints, for ``reps`` calls of ``fn()`` after 3 warm-ups, the median host and GPU
+        microseconds between consecutive marks, and the median span of the call."""
+        for _ in range(3):
+            fn()
+        cupy.cuda.Device().synchronize()
+        host, gpu, total = collections.defaultdict(list), collections.defaultdict(list), []
+        for _ in range(reps):
+            self.marks.clear()
+            self.mark("call>")
+            fn()
+            self.mark("call<")
+            self.marks[-1][2].synchronize()
+            total.append(cupy.cuda.get_elapsed_time(self.marks[0][2], self.marks[-1][2]) * 1e3)
+            steps = zip(self.marks[:-1], self.marks[1:], strict=True)
+            for i, ((a, ta, ea), (b, tb, eb)) in enumerate(steps):
+                key = f"{i:2d} {a} -> {b}"
+                host[key].append((tb - ta) * 1e6)
+                gpu[key].append(cupy.cuda.get_elapsed_time(ea, eb) * 1e3)
+        print(f"\n## {label}: {np.median(total):.0f} us between the first and last event")
+        print(f"{'step':<58} {'host us':>8} {'GPU us':>8}")
+        for key in host:
+            print(f"{key:<58} {np.median(host[key]):8.1f} {np.median(gpu[key]):8.1f}")
