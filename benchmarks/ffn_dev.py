@@ -105,7 +105,7 @@ def auto_stages(w):
     _, slots, _ = gb.matmul_pack_auto(x, w, 256)
     plan = gb.matmul_plan(x, w, 256)
     parts = gb._empty_parts(x.shape[0], plan.totals.shape[1], provisional, x.dtype,
-                            slot_fill=cupy.empty, overflow=False)
+                            zeroed=False, overflow=False)
 
     def kernel(zero_fill):
         return lambda: gb._launch_matmul_pack(

@@ -38,7 +38,7 @@ nt = _layout.n_tiles(args.k, 256)
 print(f"M={args.m} K={args.k} density={float((z != 0).mean()):.4f} auto slots={s} "
       f"overflow={a.overflow_nnz}")
 totals = cupy.empty((args.m, nt), dtype=_layout.COUNT_DTYPE)
-parts = gb._empty_parts(args.m, nt, s, z.dtype, slot_fill=cupy.empty)
+parts = gb._empty_parts(args.m, nt, s, z.dtype, zeroed=False)
 counter = gb._overflow_counter()
 
 

@@ -14,6 +14,8 @@ Between repeated runs on the GPU, ``Backend.poison`` fills the pool's free memor
 a kernel that leaves part of an ``empty`` output unwritten then shows it as changed bits.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -217,12 +219,15 @@ def test_staged_pack_of_wide_tiles_gives_the_same_bits(gpu, monkeypatch, rng, dt
     # with CHUNKS loads per pair; without it, by one warp looping over the tile. Both ways,
     # with the slots given (3: rows 0 and 1 overflow) and with slots="auto" (the count pass
     # too), must give the same bits, partial last tiles and the overflow included.
-    from twell import _kernels
+    from twell import _cupy_backend, _kernels
 
     x = gpu.asarray(_activations(rng, dtype, k))
     function, launched = _kernels.function, set()
     monkeypatch.setattr(_kernels, "function",
                         lambda name, expr: launched.add(expr) or function(name, expr))
+    # An empty cache of the launcher's kernels, so that every kernel is looked up here.
+    monkeypatch.setattr(_cupy_backend, "_pack_dense_kernel",
+                        functools.cache(_cupy_backend._pack_dense_kernel.__wrapped__))
     got = {}
     for staged in (False, True):
         monkeypatch.setattr(_kernels, "PACK_STAGED_CHUNKS", staged)

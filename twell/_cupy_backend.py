@@ -6,6 +6,7 @@ the outputs and compute the grid next to the launch. Everything runs on
 CuPy's current stream; the device-to-host synchronisations are marked.
 """
 
+import functools
 import os
 from typing import NamedTuple
 
@@ -57,16 +58,23 @@ def _dense_vec(dense, tile_width):
     return _vec(dense.dtype, dense.shape[1] % v == 0, tile_width % v == 0, _aligned(dense))
 
 
-def _empty_parts(m, nt, slots, dtype, slot_fill=cupy.zeros, overflow=True):
-    """Parts of an ``M x n_tiles x slots`` layout: the slot arrays from ``slot_fill``, an
-    empty overflow part (``overflow``) or none yet (its three arrays None)."""
+def _empty_parts(m, nt, slots, dtype, zeroed=True, overflow=True):
+    """Parts of an ``M x n_tiles x slots`` layout: the slot arrays (zeros when ``zeroed``,
+    else uninitialised), an empty overflow part (``overflow``) or none yet (its three arrays
+    None)."""
+    fill = cupy.zeros if zeroed else cupy.empty
     parts = Parts(
-        slot_fill((m, nt), dtype=_layout.COUNT_DTYPE),
-        slot_fill((m, nt, slots), dtype=dtype),
-        slot_fill((m, nt, slots), dtype=_layout.INDEX_DTYPE),
+        fill((m, nt), dtype=_layout.COUNT_DTYPE),
+        fill((m, nt, slots), dtype=dtype),
+        fill((m, nt, slots), dtype=_layout.INDEX_DTYPE),
         None, None, None,
     )
     return _no_overflow(parts) if overflow else parts
+
+
+#: Null storage arrays for the count passes, which write only the per-tile totals (CuPy
+#: passes None as a null pointer).
+_NO_PARTS = Parts(None, None, None, None, None, None)
 
 
 def _no_overflow(parts):
@@ -90,10 +98,12 @@ def _overflow_size(counter):
 
 
 def _count_buffer(tile_width):
-    """Zeroed uint64 device memory for a pack's one read-back: the histogram of its per-tile
-    totals (``count_histogram(totals, tile_width + 1)``: ``tile_width + 2`` bins), then its
-    overflow (spill) counter, the last value (``buffer[-1:]``, the launch's counter)."""
-    return cupy.zeros(tile_width + 3, dtype=np.uint64)
+    """``(buffer, counter)``: zeroed uint64 device memory for a pack's one read-back,
+    ``buffer``, which holds the histogram of its per-tile totals (``count_histogram(totals,
+    tile_width + 1)``: ``tile_width + 2`` bins), then its overflow (spill) counter,
+    ``counter``, a view of the last value (the launch's counter)."""
+    buffer = cupy.zeros(tile_width + 3, dtype=np.uint64)
+    return buffer, buffer[-1:]
 
 
 def _read_counts(buffer, totals, tile_width):
@@ -225,37 +235,47 @@ def cast(values, dtype):
 
 # -- dense -> TwELL ---------------------------------------------------------
 
+@functools.cache
+def _pack_dense_kernel(dtype, vec, loads, overflow, pairs, staged):
+    """``(kernel, pairs per warp)`` of ``pack.cu`` for dense ``dtype`` values read ``vec`` at a
+    time, with tiles of ``loads`` warp-wide vector loads (``overflow``: kModeOverflow's
+    kernel), under ``_kernels.PACK_PAIRS`` = ``pairs`` and ``PACK_STAGED_CHUNKS`` =
+    ``staged``. Kept: naming and finding the kernel cost the host microseconds a pack."""
+    ctype = _kernels.CTYPES[dtype]
+    if overflow:
+        return _kernels.function("pack.cu", f"twell_pack_dense_overflow<{ctype}, {vec}>"), 32
+    # PACK_PAIRS (row, tile) pairs per warp when a tile fits in one warp-wide vector load
+    # (their loads are all in flight at once); with PACK_STAGED_CHUNKS, tiles of 2 or 4 such
+    # loads take PACK_STAGED_SHAPES; else one pair per warp looping over the tile.
+    if loads == 1:
+        expr, per_warp = f"twell_pack_dense<{ctype}, {vec}, {pairs}>", pairs
+    elif staged and loads <= 4:
+        per_warp, chunks = _kernels.PACK_STAGED_SHAPES[2 if loads == 2 else 4]
+        expr = f"twell_pack_dense<{ctype}, {vec}, {per_warp}, {chunks}>"
+    else:
+        expr, per_warp = f"twell_pack_dense<{ctype}, {vec}, 1>", 1
+    return _kernels.function("pack.cu", expr), per_warp
+
+
 def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset, counter):
     m, k = dense.shape
     pairs = m * _layout.n_tiles(k, tile_width)
     if pairs == 0:
         return
     vec = _dense_vec(dense, tile_width)
-    ctype = _kernels.CTYPES[dense.dtype]
+    kernel, per_warp = _pack_dense_kernel(dense.dtype, vec, -(-tile_width // (32 * vec)),
+                                          mode == _MODE_OVERFLOW, _kernels.PACK_PAIRS,
+                                          _kernels.PACK_STAGED_CHUNKS)
+    # One warp per per_warp consecutive (row, tile) pairs. The block is _BLOCK threads:
+    # kPackWarps warps in pack.cu, whose shared staging is sized per warp (its
+    # __launch_bounds__ refuses a larger block).
+    grid = _blocks(-(-pairs // per_warp), _WARPS)
     if mode == _MODE_OVERFLOW:
-        kernel = _kernels.function("pack.cu", f"twell_pack_dense_overflow<{ctype}, {vec}>")
-        # One warp per 32 consecutive (row, tile) pairs.
-        kernel(_blocks(-(-pairs // 32), _WARPS), (_BLOCK,), (
+        kernel(grid, (_BLOCK,), (
             dense, _i64(m), _i64(k), _i32(tile_width), _i32(slots), totals, offset,
             parts.overflow_indices, parts.overflow_data))
         return
-    # PACK_PAIRS (row, tile) pairs per warp when a tile fits in one warp-wide vector load
-    # (their loads are all in flight at once); with PACK_STAGED_CHUNKS, tiles of 2 or 4 such
-    # loads take PACK_STAGED_SHAPES; else one pair per warp looping over the tile.
-    # The block is _BLOCK threads: kPackWarps warps in pack.cu, whose shared staging is sized
-    # per warp (its __launch_bounds__ refuses a larger block).
-    loads = -(-tile_width // (32 * vec))
-    if loads == 1:
-        expr = f"twell_pack_dense<{ctype}, {vec}, {_kernels.PACK_PAIRS}>"
-        per_warp = _kernels.PACK_PAIRS
-    elif _kernels.PACK_STAGED_CHUNKS and loads <= 4:
-        per_warp, chunks = _kernels.PACK_STAGED_SHAPES[2 if loads == 2 else 4]
-        expr = f"twell_pack_dense<{ctype}, {vec}, {per_warp}, {chunks}>"
-    else:
-        expr, per_warp = f"twell_pack_dense<{ctype}, {vec}, 1>", 1
-    kernel = _kernels.function("pack.cu", expr)
-    # One warp per per_warp consecutive (row, tile) pairs.
-    kernel(_blocks(-(-pairs // per_warp), _WARPS), (_BLOCK,), (
+    kernel(grid, (_BLOCK,), (
         dense, _i64(m), _i64(k), _i32(tile_width), _i32(slots), _i32(mode), totals,
         parts.counts, parts.data, parts.indices, counter))
 
@@ -265,10 +285,8 @@ def tile_counts_dense(dense, tile_width):
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
-    # kModeCount writes the totals alone: no slots, no overflow, no counter.
-    parts = _empty_parts(0, 0, 1, dense.dtype, slot_fill=cupy.empty, overflow=False)
-    _launch_pack_dense(dense, tile_width, 1, _MODE_COUNT, totals, parts, None,
-                       cupy.empty(0, dtype=np.uint64))
+    # kModeCount writes the totals alone: null slots, overflow and counter.
+    _launch_pack_dense(dense, tile_width, 1, _MODE_COUNT, totals, _NO_PARTS, None, None)
     return totals
 
 
@@ -285,10 +303,10 @@ def pack_dense(dense, tile_width, slots, n_over=None):
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
     # The overflow part is made after the launch: the kernel need not wait for its memset.
-    parts = _empty_parts(m, nt, slots, dense.dtype, slot_fill=cupy.empty, overflow=False)
+    parts = _empty_parts(m, nt, slots, dense.dtype, zeroed=False, overflow=False)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
-    both = _count_buffer(tile_width)
-    counter = both[-1:]
+    # The overflow size known, the kernel's counter is not read, and no histogram is made.
+    both, counter = _count_buffer(tile_width) if n_over is None else (None, _overflow_counter())
     _launch_pack_dense(dense, tile_width, slots, _MODE_SLOTS, totals, parts, None, counter)
     nnz = None
     if n_over is None:
@@ -384,12 +402,11 @@ def tile_counts_csr(indptr, indices, shape, tile_width):
     """
     m, k = shape
     totals = cupy.zeros((m, _layout.n_tiles(k, tile_width)), dtype=_layout.COUNT_DTYPE)
-    no_values = cupy.empty(0, dtype=np.float32)
-    parts = _empty_parts(0, 0, 1, no_values.dtype)
+    no_values = cupy.empty(0, dtype=np.float32)  # kModeCount reads no values
+    # kModeCount writes the totals alone: null slots, overflow and counter.
     _launch_pack_csr(cupy.ascontiguousarray(indptr, dtype=np.int64),
                      cupy.ascontiguousarray(indices, dtype=np.int32), no_values, shape,
-                     tile_width, 1, _MODE_COUNT, totals, parts, parts.overflow_indptr,
-                     _overflow_counter())  # kModeCount does not touch the counter
+                     tile_width, 1, _MODE_COUNT, totals, _NO_PARTS, None, None)
     return totals
 
 
@@ -981,15 +998,15 @@ def matmul_pack(x, w, tile_width, slots, spill_capacity=None, variant=None):
     plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
     m, nt = plan.totals.shape
     # The overflow part is made after the launch: the GPU need not wait for it.
-    parts = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
+    parts = _empty_parts(m, nt, slots, x.dtype, zeroed=False, overflow=False)
     if m * nt == 0:
         return _no_overflow(parts), 0
     capacity, spill_indices, spill_data = plan.spill_capacity, plan.spill_indices, plan.spill_data
     while True:
-        both = _count_buffer(tile_width)
+        both, counter = _count_buffer(tile_width)
         _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                             plan.spill_start, capacity, spill_indices, spill_data,
-                            counter=both[-1:])
+                            counter=counter)
         no_overflow = _no_overflow(parts)  # made while the kernel runs
         hist, n_over = _read_counts(both, plan.totals, tile_width)
         if n_over <= capacity:
@@ -1041,11 +1058,11 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
     provisional = max(1, min(tile_width // _PROVISIONAL_SHARE,
                              _layout.MAX_STORED_SLOTS // (m * nt)))
     plan = matmul_plan(x, w, tile_width, spill_capacity, variant)
-    parts = _empty_parts(m, nt, provisional, x.dtype, slot_fill=cupy.empty, overflow=False)
-    both = _count_buffer(tile_width)
+    parts = _empty_parts(m, nt, provisional, x.dtype, zeroed=False, overflow=False)
+    both, counter = _count_buffer(tile_width)
     _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
                         plan.spill_start, plan.spill_capacity, plan.spill_indices,
-                        plan.spill_data, counter=both[-1:],
+                        plan.spill_data, counter=counter,
                         zero_fill=False)  # twell_reslot reads the counted slots only
     hist, spilled = _read_counts(both, plan.totals, tile_width)
     slots, n_over, nnz = _layout.auto_choice(hist, tile_width)
@@ -1054,7 +1071,7 @@ def matmul_pack_auto(x, w, tile_width, spill_capacity=None, variant=None):
         variant = plan.variant
         del parts, plan  # freed before the second launch allocates its own
         return matmul_pack(x, w, tile_width, slots, max(n_over, 1), variant)[0], slots, nnz
-    result = _empty_parts(m, nt, slots, x.dtype, slot_fill=cupy.empty, overflow=False)
+    result = _empty_parts(m, nt, slots, x.dtype, zeroed=False, overflow=False)
     if n_over:
         offset, row_starts = _overflow_offsets(plan.totals, slots)
         result = _with_overflow(result, row_starts, n_over)

@@ -99,7 +99,7 @@ def shipped(z, tile_width, slots, mode, totals, parts, counter):
 def outputs(z, tile_width, slots):
     m, k = z.shape
     nt = _layout.n_tiles(k, tile_width)
-    parts = gb._empty_parts(m, nt, slots, z.dtype, slot_fill=cupy.empty, overflow=False)
+    parts = gb._empty_parts(m, nt, slots, z.dtype, zeroed=False, overflow=False)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
     for a in (parts.counts, parts.data, parts.indices, totals):
         a.view(np.uint8).fill(0xA5)  # poison: every element is written or the check fails
