@@ -1,0 +1,51 @@
+"""What ``TwELLMatrix(z, slots=13)`` adds to its kernel, piece by piece (twenty-second
+session): each row times, from a CUDA event before it to one after it returns (median of 60
+after 5 warm-ups, microseconds), a longer prefix of the dense pack's work, its buffers made
+once beforehand where the row says so. bf16 activations at 99%, M 16384, K 5632 (the
+bias-column trick), tile width 256.
+Usage (repository root): PYTHONPATH=. python3 benchmarks/results/2026-12-04-h200-v/pack_floor.py
+"""
+import sys
+
+sys.path.insert(0, "benchmarks")  # run from the repository root
+import _dev  # noqa: E402
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
+
+import twell  # noqa: E402
+from twell import _cupy_backend as gb  # noqa: E402
+from twell import _layout  # noqa: E402
+
+M, K, T, S = 16384, 5632, 256, 13
+z = _dev.activations(M, K, 2048, 0.99, np.random.default_rng(0)).astype(twell.bfloat16)
+nt = _layout.n_tiles(K, T)
+parts = gb._empty_parts(M, nt, S, z.dtype, zeroed=False, overflow=False)
+totals = cupy.empty((M, nt), dtype=_layout.COUNT_DTYPE)
+both, counter = gb._count_buffer(T)
+
+
+def kernel():
+    gb._launch_pack_dense(z, T, S, gb._MODE_SLOTS, totals, parts, None, counter)
+
+
+def kernel_histogram_read():
+    kernel()
+    gb._read_counts(both, totals, T)
+
+
+def kernel_no_overflow_histogram_read():
+    kernel()
+    gb._no_overflow(parts)
+    gb._read_counts(both, totals, T)
+
+
+rows = {
+    "slots pass (buffers made once)": kernel,
+    "+ histogram + one read": kernel_histogram_read,
+    "+ the empty overflow part (pack_dense's order)": kernel_no_overflow_histogram_read,
+    "gb.pack_dense(z, 256, 13) (its own buffers)": lambda: gb.pack_dense(z, T, S),
+    "TwELLMatrix(z, slots=13)": lambda: twell.TwELLMatrix(z, slots=S),
+    "read alone: both.get()": lambda: both.get(),
+}
+for name, fn in rows.items():
+    print(f"{name:<48} {_dev.timed(fn, 60, warm=5) * 1e3:8.1f} us", flush=True)
