@@ -3,8 +3,8 @@
 starting tree's (13abff8, copied to ``scratch/base``; compiled beside it), both called
 through the working tree's launcher (``_cupy_backend._launch_pack_dense`` with
 ``_kernels.function`` patched for "pack.cu"), so that both run the expression the launcher
-picks. The twenty-first session's ``results/2026-12-04-h200-u/pack_ab.py`` with the old tree
-changed.
+picks. The twenty-first session's ``results/2026-12-04-h200-u/pack_ab.py`` runs this script
+with its own old tree (c22b014's, ``scratch/old/cuda_src``).
 
 1. Bits: both passes (count, slots) and the overflow pass on odd shapes with NaN, Inf and
    -0.0, every dtype, tile widths that take one load a pair (PAIRS), 2-4 loads (CHUNKS) and
@@ -12,8 +12,8 @@ changed.
 2. Times (us, medians, interleaved in 3 rounds): each pass alone, and ``TwELLMatrix(z)`` and
    ``TwELLMatrix(z, slots=13)`` end to end, bf16 and float32, the paper's activations at
    99/95/90%; a read-only kernel (the prototype's) for the floor.
-Usage (repository root):
-    PYTHONPATH=. python3 benchmarks/results/2026-12-04-h200-v/pack_ab.py
+Usage (repository root; OLD_CUDA_SRC defaults to scratch/base/cuda_src):
+    PYTHONPATH=. python3 benchmarks/results/2026-12-04-h200-v/pack_ab.py [OLD_CUDA_SRC]
 """
 import contextlib
 import functools
@@ -32,7 +32,7 @@ import twell  # noqa: E402
 from twell import _cupy_backend as gb  # noqa: E402
 from twell import _kernels  # noqa: E402
 
-OLD = pathlib.Path("scratch/base/cuda_src")
+OLD = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "scratch/base/cuda_src")
 _old = {}
 
 

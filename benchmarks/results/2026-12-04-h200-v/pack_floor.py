@@ -27,8 +27,16 @@ both, counter = gb._count_buffer(T)
 noop = cupy.RawKernel('extern "C" __global__ void noop(int* a) {}', "noop")
 
 
-def kernel():
-    gb._launch_pack_dense(z, T, S, gb._MODE_SLOTS, totals, parts, None, counter)
+def kernel(t=totals, p=parts, c=counter):
+    gb._launch_pack_dense(z, T, S, gb._MODE_SLOTS, t, p, None, c)
+
+
+def buffers():
+    """The buffers pack_dense makes each call: the parts, the totals, the count buffer."""
+    p = gb._empty_parts(M, nt, S, z.dtype, zeroed=False, overflow=False)
+    t = cupy.empty((M, nt), dtype=_layout.COUNT_DTYPE)
+    b, c = gb._count_buffer(T)
+    return p, t, b, c
 
 
 def kernel_counter_read():
@@ -48,24 +56,27 @@ def kernel_no_overflow_histogram_read():
 
 
 def allocations_kernel_no_overflow_histogram_read():
-    p = gb._empty_parts(M, nt, S, z.dtype, zeroed=False, overflow=False)
-    t = cupy.empty((M, nt), dtype=_layout.COUNT_DTYPE)
-    b, c = gb._count_buffer(T)
-    gb._launch_pack_dense(z, T, S, gb._MODE_SLOTS, t, p, None, c)
+    p, t, b, c = buffers()
+    kernel(t, p, c)
     gb._no_overflow(p)
     gb._read_counts(b, t, T)
 
 
-rows = {
-    "a noop kernel + read 8 bytes (the sync floor)": lambda: (noop((1,), (32,), (counter,)),
-                                                              counter.get()),
-    "slots pass (buffers made once)": kernel,
-    "+ read of its counter (8 bytes)": kernel_counter_read,
-    "+ histogram + one read (instead)": kernel_histogram_read,
-    "+ the empty overflow part (pack_dense's order)": kernel_no_overflow_histogram_read,
-    "+ its buffers made each call": allocations_kernel_no_overflow_histogram_read,
-    "gb.pack_dense(z, 256, 13)": lambda: gb.pack_dense(z, T, S),
-    "TwELLMatrix(z, slots=13)": lambda: twell.TwELLMatrix(z, slots=S),
-}
-for name, fn in rows.items():
-    print(f"{name:<48} {_dev.timed(fn, 60, warm=5) * 1e3:8.1f} us", flush=True)
+def main():
+    rows = {
+        "a noop kernel + read 8 bytes (the sync floor)": lambda: (noop((1,), (32,), (counter,)),
+                                                                  counter.get()),
+        "slots pass (buffers made once)": kernel,
+        "+ read of its counter (8 bytes)": kernel_counter_read,
+        "+ histogram + one read (instead)": kernel_histogram_read,
+        "+ the empty overflow part (pack_dense's order)": kernel_no_overflow_histogram_read,
+        "+ its buffers made each call": allocations_kernel_no_overflow_histogram_read,
+        "gb.pack_dense(z, 256, 13)": lambda: gb.pack_dense(z, T, S),
+        "TwELLMatrix(z, slots=13)": lambda: twell.TwELLMatrix(z, slots=S),
+    }
+    for name, fn in rows.items():
+        print(f"{name:<48} {_dev.timed(fn, 60, warm=5) * 1e3:8.1f} us", flush=True)
+
+
+if __name__ == "__main__":  # read_floor.py imports the setup above
+    main()

@@ -10,32 +10,10 @@ sys.path.insert(0, "benchmarks")  # run from the repository root
 import _dev  # noqa: E402
 import cupy  # noqa: E402
 import cupyx  # noqa: E402
-import numpy as np  # noqa: E402
+from pack_floor import both, buffers, counter, kernel, noop  # noqa: E402  (the same setup)
 
-import twell  # noqa: E402
-from twell import _cupy_backend as gb  # noqa: E402
-from twell import _layout  # noqa: E402
-
-M, K, T, S = 16384, 5632, 256, 13
-z = _dev.activations(M, K, 2048, 0.99, np.random.default_rng(0)).astype(twell.bfloat16)
-nt = _layout.n_tiles(K, T)
-parts = gb._empty_parts(M, nt, S, z.dtype, zeroed=False, overflow=False)
-totals = cupy.empty((M, nt), dtype=_layout.COUNT_DTYPE)
-both, counter = gb._count_buffer(T)
 pinned = cupyx.empty_pinned(both.shape, both.dtype)
-noop = cupy.RawKernel('extern "C" __global__ void noop(int* a) {}', "noop")
 stream = cupy.cuda.get_current_stream()
-
-
-def kernel(t=totals, p=parts, c=counter):
-    gb._launch_pack_dense(z, T, S, gb._MODE_SLOTS, t, p, None, c)
-
-
-def buffers():
-    p = gb._empty_parts(M, nt, S, z.dtype, zeroed=False, overflow=False)
-    t = cupy.empty((M, nt), dtype=_layout.COUNT_DTYPE)
-    b, c = gb._count_buffer(T)
-    return p, t, b, c
 
 
 def buffers_kernel():
