@@ -106,32 +106,40 @@ __device__ __forceinline__ int pack_pairs_staged(
   __shared__ R stage_vals[kPackWarps][PAIRS][CHUNKS * kWarp];
   __shared__ unsigned short stage_cols[kPackWarps][PAIRS][kTile];
   const int warp = threadIdx.x / kWarp;  // < kPackWarps (__launch_bounds__)
-  const long long j0 = static_cast<long long>(lane) * VEC;
+  const int j0 = lane * VEC;             // the lane's first column of each load
   // Pairs first .. first + n_live - 1 exist (n_live >= 1: the caller returned otherwise).
   const int n_live = static_cast<int>(min(static_cast<long long>(PAIRS), n_pairs - first));
-  R w[PAIRS][CHUNKS];
-  {
+  // Lane q < n_live finds pair first + q's start in the matrix and its width (a partial last
+  // tile is narrower), and the warp reads them by shuffle: the 64-bit row, tile and address
+  // arithmetic runs once a pair instead of once a pair in every lane (ncu, twenty-second
+  // session: ~170 of the slots pass's ~620 instructions a warp went to it). A dead pair has
+  // width 0 and loads nothing.
+  long long start = 0;
+  int width = 0;
+  if (lane < n_live) {
+    const long long pair = first + lane;
     long long row, tile;
     if (n_pairs <= 0xffffffffll) {  // a 32-bit division: a 64-bit one is a long routine
-      const unsigned f = static_cast<unsigned>(first), t = static_cast<unsigned>(tiles);
-      row = f / t;
-      tile = f - static_cast<unsigned>(row) * t;
+      const unsigned p = static_cast<unsigned>(pair), t = static_cast<unsigned>(tiles);
+      row = p / t;
+      tile = p - static_cast<unsigned>(row) * t;
     } else {
-      row = first / tiles;
-      tile = first - row * tiles;
+      row = pair / tiles;
+      tile = pair - row * tiles;
     }
+    const long long col0 = tile * tile_width;
+    width = static_cast<int>(min(static_cast<long long>(tile_width), n_cols - col0));
+    start = row * n_cols + col0;
+  }
+  R w[PAIRS][CHUNKS];
 #pragma unroll
-    for (int q = 0; q < PAIRS; ++q) {
-      const long long col0 = tile * tile_width;
-      // A dead pair loads nothing (width 0).
-      const long long width =
-          q < n_live ? min(static_cast<long long>(tile_width), n_cols - col0) : 0;
-      const R* src = reinterpret_cast<const R*>(dense + row * n_cols + col0 + j0);
+  for (int q = 0; q < PAIRS; ++q) {
+    const long long start_q = __shfl_sync(kFullMask, start, q);
+    const int width_q = __shfl_sync(kFullMask, width, q);
+    const R* src = reinterpret_cast<const R*>(dense + start_q + j0);
 #pragma unroll
-      for (int c = 0; c < CHUNKS; ++c)
-        w[q][c] = j0 + c * kSpan < width ? src[c * kWarp] : Raw<T, VEC>::zero();
-      if (++tile == tiles) { tile = 0; ++row; }
-    }
+    for (int c = 0; c < CHUNKS; ++c)
+      w[q][c] = j0 + c * kSpan < width_q ? src[c * kWarp] : Raw<T, VEC>::zero();
   }
   // total[q] for a run-time q is pick(total, q): a select chain keeps total[] in registers.
   int total[PAIRS];
