@@ -1,0 +1,157 @@
+"""The gather SpMM before and after batches that span windows of tiles (twenty-third
+session), in one process: the working tree's spmm.cu against the session's starting tree's
+(0612a58's, the same as 4c648a1's: ``scratch/base/cuda_src``; compiled beside it), both
+called through the working tree's launcher (``_cupy_backend.spmm`` with
+``_kernels.function`` patched for "spmm.cu": the old tree has no one-window instance, so
+its expression goes to the old kernel without that argument, which walks such rows its own
+way).
+
+1. Bits: layouts of one window a row (the paper's activations at tile width 256, the
+   10^6-row matrices at 65536 with 16 lanes a row) must give the old bits; wider ones other
+   bits (new batches), within float32 rounding of cuSPARSE's product (torch CSR).
+2. Times (ms, medians of CUDA-event timings, old and new interleaved in 3 rounds): the
+   gather kernel (``variant="rows"``) on the activations (bf16 99/95/90%, float32 99%), the
+   power-law graph and the Poisson stencil with 64 and 256 float32 columns at tile widths
+   4096 (with and without the tile index) and 65536, float64 at 4096, and the graph's SpMV;
+   torch's cuSPARSE CSR on the same inputs.
+Usage (repository root):
+    PYTHONPATH=. python3 benchmarks/results/2026-12-04-h200-w/spmm_ab.py [OLD_CUDA_SRC]
+"""
+import contextlib
+import pathlib
+import sys
+import types
+
+import cupy
+import cupyx.scipy.sparse
+import numpy as np
+
+sys.path.insert(0, "benchmarks")
+import _dev  # noqa: E402
+import bench as B  # noqa: E402
+
+import twell  # noqa: E402
+from twell import _kernels  # noqa: E402
+from twell import _cupy_backend as gb  # noqa: E402
+
+OLD = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "scratch/base/cuda_src")
+ONE = ", false, true>"
+_old = {}
+
+
+def old_function(expression):
+    _old["lookups"] = _old.get("lookups", 0) + 1  # printed: the old kernels did run
+    if "module" not in _old:
+        options = (*_kernels.OPTIONS, f"-I{OLD}", *_kernels._nvrtc_includes())
+        names = [e for e in _kernels.INSTANCES["spmm.cu"] if not e.endswith(ONE)]
+        _old["module"] = cupy.RawModule(code=(OLD / "spmm.cu").read_text(), options=options,
+                                        name_expressions=names)
+    if expression.endswith(ONE):
+        expression = expression[:-len(ONE)] + ">"
+    return _old["module"].get_function(expression)
+
+
+@contextlib.contextmanager
+def old_spmm():
+    new = _kernels.function
+
+    def patched(name, expression):
+        return old_function(expression) if name == "spmm.cu" else new(name, expression)
+
+    _kernels.function = patched
+    try:
+        yield
+    finally:
+        _kernels.function = new
+
+
+def product(a, b, index=None):
+    """The gather kernel (the SpMV kernels for one column), as ``a @ b`` launches it."""
+    return gb.spmm(a._parts, a.shape, a.tile_width, b, a.dtype, variant="rows",
+                   tile_index=index)
+
+
+def main():
+    import torch
+
+    print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "
+          f"CuPy {cupy.__version__}, torch {torch.__version__}", flush=True)
+    ns = types.SimpleNamespace(xp=cupy, sp=cupyx.scipy.sparse)
+    cases = []  # (label, a, b, index, torch csr or None, torch b, one window?)
+    rng = np.random.default_rng(0)
+    for s in (0.99, 0.95, 0.90):
+        z = _dev.activations(16384, 5632, 2048, s, rng)
+        for dtype in ((twell.bfloat16, np.float32) if s == 0.99 else (twell.bfloat16,)):
+            a = twell.TwELLMatrix(z.astype(dtype))
+            b = cupy.asarray(rng.standard_normal((5632, 2048), dtype=np.float32)).astype(dtype)
+            cases.append((f"ffn {np.dtype(dtype).name} {s:.2f}", a, b, None, None, None, True))
+    for name, make in (("graph", lambda dt: B.powerlaw_graph(
+            ns, B.SCI_GRAPH_N, B.SCI_GRAPH_DEGREE, B.SCI_GRAPH_ALPHA, 5, dt)[0]),
+                       ("poisson", lambda dt: B.poisson2d(ns, B.SCI_GRID, dt)[0])):
+        for dtype in (np.float32, np.float64):
+            csr = make(dtype)
+            n = csr.shape[0]
+            tcsr = torch.sparse_csr_tensor(B.to_torch(torch, csr.indptr),
+                                           B.to_torch(torch, csr.indices),
+                                           B.to_torch(torch, csr.data), size=(n, n))
+            rhs = (64, 256, 1) if dtype == np.float32 else (64,)
+            for t in ((4096, 65536) if dtype == np.float32 else (4096,)):
+                a = twell.TwELLMatrix(csr, tile_width=t)
+                index = None
+                if t == 4096:
+                    a.index_tiles()
+                    index = a.tile_index
+                for r in rhs:
+                    b = cupy.asarray(rng.standard_normal((n, r), dtype=np.float32)).astype(dtype)
+                    tb = torch.from_dlpack(b)
+                    one = t == 65536 and r == 64  # 16 tiles, 16 lanes a row
+                    label = f"{name} {np.dtype(dtype).name} N={r} T={t}"
+                    cases.append((label, a, b, None, tcsr, tb, one))
+                    if index is not None and r != 1:
+                        cases.append((label + " +index", a, b, index, tcsr, tb, False))
+            del csr
+
+    # 1. Bits and accuracy.
+    same = differ = bad = 0
+    for label, a, b, index, tcsr, tb, one in cases:
+        new = product(a, b, index)
+        with old_spmm():
+            old = product(a, b, index)
+        equal = bool(cupy.array_equal(new.view(np.uint8), old.view(np.uint8)))
+        if tcsr is not None:
+            want = cupy.from_dlpack(tcsr @ tb).astype(np.float64)
+        else:
+            want = old.astype(np.float64)
+        err = float(cupy.linalg.norm(new.astype(np.float64) - want) / cupy.linalg.norm(want))
+        tol = 1e-2 if a.dtype.itemsize == 2 else 1e-5 if a.dtype.itemsize == 4 else 1e-12
+        ok = err <= tol and (equal or not one)
+        same += equal
+        differ += not equal
+        bad += not ok
+        print(f"  {label:<40} bits {'equal' if equal else 'differ'} (one window: {one}), "
+              f"rel. error {err:.1e} {'ok' if ok else 'FAIL'}", flush=True)
+    print(f"{len(cases)} cases: {same} bit-equal, {differ} differ, "
+          + ("all right" if not bad else f"{bad} WRONG")
+          + f" ({_old.get('lookups', 0)} old kernels looked up)", flush=True)
+
+    # 2. Times.
+    rows = []
+    for label, a, b, index, tcsr, tb, _ in cases:
+        times = {}
+        for _ in range(3):
+            times.setdefault("new", []).append(_dev.timed(lambda: product(a, b, index), 10))
+            with old_spmm():
+                times.setdefault("old", []).append(_dev.timed(lambda: product(a, b, index), 10))
+            if tcsr is not None and index is None:
+                times.setdefault("torch", []).append(_dev.timed(lambda: tcsr @ tb, 10))
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        rows.append((label, med["old"], med["new"], med.get("torch")))
+    print(f"\n{'case':<40} {'old ms':>8} {'new ms':>8} {'new/old':>7} {'torch':>8} "
+          f"{'x torch':>7}")
+    for label, old, new, tt in rows:
+        t = f"{tt:8.3f} {tt / new:7.2f}" if tt else f"{'-':>8} {'-':>7}"
+        print(f"{label:<40} {old:8.3f} {new:8.3f} {new / old:7.2f} {t}")
+
+
+if __name__ == "__main__":
+    main()
