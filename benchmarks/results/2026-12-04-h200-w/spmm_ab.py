@@ -18,6 +18,7 @@ Usage (repository root):
     PYTHONPATH=. python3 benchmarks/results/2026-12-04-h200-w/spmm_ab.py [OLD_CUDA_SRC]
 """
 import contextlib
+import functools
 import pathlib
 import sys
 import types
@@ -31,8 +32,8 @@ import _dev  # noqa: E402
 import bench as B  # noqa: E402
 
 import twell  # noqa: E402
-from twell import _kernels  # noqa: E402
 from twell import _cupy_backend as gb  # noqa: E402
+from twell import _kernels  # noqa: E402
 
 OLD = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "scratch/base/cuda_src")
 ONE = ", false, true>"
@@ -138,12 +139,14 @@ def main():
     rows = []
     for label, a, b, index, tcsr, tb, _ in cases:
         times = {}
+        ours = functools.partial(product, a, b, index)
         for _ in range(3):
-            times.setdefault("new", []).append(_dev.timed(lambda: product(a, b, index), 10))
+            times.setdefault("new", []).append(_dev.timed(ours, 10))
             with old_spmm():
-                times.setdefault("old", []).append(_dev.timed(lambda: product(a, b, index), 10))
+                times.setdefault("old", []).append(_dev.timed(ours, 10))
             if tcsr is not None and index is None:
-                times.setdefault("torch", []).append(_dev.timed(lambda: tcsr @ tb, 10))
+                times.setdefault("torch", []).append(
+                    _dev.timed(lambda tcsr=tcsr, tb=tb: tcsr @ tb, 10))
         med = {k: float(np.median(v)) for k, v in times.items()}
         rows.append((label, med["old"], med["new"], med.get("torch")))
     print(f"\n{'case':<40} {'old ms':>8} {'new ms':>8} {'new/old':>7} {'torch':>8} "
