@@ -139,31 +139,22 @@ __device__ __forceinline__ void gather_batch(const Team<G>& team, int len, const
 // bound by one dependent count read per G tiles, most of them of empty tiles.
 constexpr int kCountWindows = 4;
 
-// A row's next slot entries, fewer than a batch, carried from one window of tiles to the
-// next: lane l < n of the team holds entry l of them.
-template <typename T> struct Held {
-  Entry<T> entry;
-  int n = 0;  // the same on every lane of the team
-};
+// A tile number in no window (past any row's tiles): lanes past the end of a row's list.
+constexpr int kNoTile = 0x7fffffff;
 
-// Appends one window's slot entries to the row's entries in `held` and calls f(entry, G)
-// for each whole batch of G: lane l of the team holds the count of tile tile_of(l) (0 past
-// the window's tiles), in tile order; entry j of a batch is held by team lane j (every lane
-// of the team calls it, and f may shuffle; tile_of may too). What is left, fewer than G
-// entries, stays in `held` for the next window, unless `last` (the row's last window, or
-// none, with count 0 everywhere), when f(entry, len) takes it. One call site per walk of a
-// row: a second one, to pass the rest after the walk, inlined f again and spilled 16-100
-// bytes more in the narrow teams with 4 entries in flight.
+// f(entry, len) for each batch of one window's slot entries: lane l of the team holds the
+// count of tile tile_of(l) (0 past the window's tiles), in tile order; entries j < len <= G
+// of a batch, entry j held by team lane j (every lane of the team calls it, and f may
+// shuffle; tile_of may too).
 template <typename T, int G, typename TileOf, typename F>
 __device__ __forceinline__ void window_batches(const Team<G>& team, int my_count, TileOf tile_of,
                                                const T* __restrict__ data,
                                                const unsigned short* __restrict__ indices,
                                                long long row, long long tiles, int tile_width,
-                                               int slots, bool last, Held<T>& held, F& f) {
+                                               int slots, F& f) {
   const int inclusive = team.inclusive_scan(my_count);
   const int total = team.shfl(inclusive, G - 1);  // <= G * slots
-  // Lane l takes the window's entry j0 + l: lanes below the held entries keep theirs.
-  for (int j0 = -held.n; j0 < total; j0 += G) {
+  for (int j0 = 0; j0 < total; j0 += G) {
     const int j = j0 + team.lane;
     // Entry j of the window is in the tile of lane l: l tiles end at or before it.
     int l = 0;
@@ -172,45 +163,60 @@ __device__ __forceinline__ void window_batches(const Team<G>& team, int my_count
       l += team.shfl(inclusive, l + step - 1) <= j ? step : 0;
     const int first = team.shfl(inclusive - my_count, l);
     const long long tile = tile_of(l);
-    if (j >= 0) {  // lanes past the window's entries hold none (nothing carried over)
-      if (j < total) {
-        const long long s = (row * tiles + tile) * slots + (j - first);
-        held.entry = Entry<T>(data[s], tile * tile_width + indices[s]);
-      } else {
-        held.entry = Entry<T>();
-      }
+    Entry<T> entry;
+    if (j < total) {
+      const long long s = (row * tiles + tile) * slots + (j - first);
+      entry = Entry<T>(data[s], tile * tile_width + indices[s]);
     }
-    if (total - j0 < G && !last) {
-      held.n = total - j0;
-      return;
-    }
-    f(held.entry, min(G, total - j0));
+    f(entry, min(G, total - j0));
   }
-  held.n = 0;
 }
 
-// How a gather kernel walks a row's tiles (for_each_slot_batch): the walks give the same
-// batches.
-enum Walk : int {
-  kWalkCounts,     // the counts of every tile, kCountWindows windows of G at a time
-  kWalkListed,     // the tile index's listed tiles, G at a time
-  kWalkOneWindow,  // the counts of a row of at most G tiles, at once (the launcher's choice
-                   // there: the other walks' registers for carrying entries across windows
-                   // cost the paper's activations, one window a row, occupancy)
-};
+// f(entry, len) for each batch of a row's slot entries, its tiles read from the tile index
+// (list_tiles[start, end)): G listed tiles (and their counts) at a time, each window of G
+// tiles among them walked whole, as for_each_slot_batch walks it. The last window of a load
+// may go on past it: the next load starts at that window, unless it fills the load (a window
+// has at most G tiles).
+template <typename T, int G, typename F>
+__device__ __forceinline__ void for_each_listed_batch(const Team<G>& team,
+                                                      const int* __restrict__ row_counts,
+                                                      const T* __restrict__ data,
+                                                      const unsigned short* __restrict__ indices,
+                                                      long long row, long long tiles,
+                                                      int tile_width, int slots,
+                                                      const int* __restrict__ list_tiles,
+                                                      long long start, long long end, F& f) {
+  for (long long q = start; q < end;) {
+    const bool listed = q + team.lane < end;
+    const int my_tile = listed ? list_tiles[q + team.lane] : kNoTile;
+    const int loaded_count = listed ? row_counts[my_tile] : 0;
+    const int loaded = static_cast<int>(min(static_cast<long long>(G), end - q));
+    const bool more = end - q > G;
+    const int last_window = team.shfl(my_tile, G - 1) / G;
+    int done = 0;
+    while (done < loaded) {
+      const int window = team.shfl(my_tile, done) / G;
+      if (more && done > 0 && window == last_window) break;
+      const bool mine = team.lane >= done && my_tile / G == window;
+      window_batches<T, G>(team, mine ? loaded_count : 0,
+                           [&](int l) { return static_cast<long long>(team.shfl(my_tile, l)); },
+                           data, indices, row, tiles, tile_width, slots, f);
+      done += __popc(__ballot_sync(team.mask, mine) & team.mask);
+    }
+    q += done;
+  }
+}
 
-// f(entry, len) for each batch of a row's slot entries, in order (tiles, then slots):
+// f(entry, len) for each batch of the row's slot entries, in order (tiles, then slots):
 // entries j < len <= G of a batch, entry j held by team lane j (every lane of the team calls
-// it, and f may shuffle). The batches are the row's entries cut G at a time, whatever tiles
-// they come from, so that a team gathers G entries a step on a wide layout's row too (the
-// power-law graph at tile width 4096, about one entry in each of 16 windows of tiles); until
-// the twenty-third GPU session each window of G tiles had batches of its own, and such a row
-// read one or two B rows per dependent step. The batches, and the order of sums that follows
-// from them, depend on the row's entries alone: not on kCountWindows, nor on the walk
-// (kWalkCounts: a window of empty tiles costs one read and one vote; kWalkListed: the row's
-// non-empty tiles, list_tiles[list_indptr[row] .. list_indptr[row + 1]), ascending,
-// TwELLMatrix.index_tiles; kWalkOneWindow: tiles <= G), which give the same bits.
-template <typename T, int G, Walk W, typename F>
+// it, and f may shuffle). The row's tiles are cut into windows of G (tiles w * G ..
+// w * G + G - 1), and each window's entries into batches of their own, so the batches, and
+// the order of sums that follows from them, depend on the layout alone: not on
+// kCountWindows, and not on whether the row's tiles come from the counts (Listed = false:
+// a window of empty tiles costs one read and one vote) or from the tile index (Listed: the
+// row's non-empty tiles, list_tiles[list_indptr[row] .. list_indptr[row + 1]), ascending;
+// TwELLMatrix.index_tiles), which give the same bits.
+template <typename T, int G, bool Listed, typename F>
 __device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
                                                     const int* __restrict__ counts,
                                                     const T* __restrict__ data,
@@ -220,60 +226,45 @@ __device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
                                                     const long long* __restrict__ list_indptr,
                                                     const int* __restrict__ list_tiles, F&& f) {
   const int* row_counts = counts + row * tiles;
-  Held<T> held;
-  // One window (the paper's activations at tile width 256, a 10^6-column matrix at 65536): no
-  // other windows' counts to read ahead and vote on, which made the kernel run 13% more
-  // instructions on such layouts (ncu, eleventh GPU session).
-  const auto one_window = [&] {
+  if constexpr (Listed) {
+    for_each_listed_batch<T, G>(team, row_counts, data, indices, row, tiles, tile_width, slots,
+                                list_tiles, list_indptr[row], list_indptr[row + 1], f);
+    return;
+  }
+  if (tiles <= G) {
+    // One window (the paper's activations at tile width 256, a 10^6-column matrix at 65536):
+    // no other windows' counts to read ahead and vote on, which made the kernel run 13% more
+    // instructions on such layouts (ncu, eleventh GPU session). The same batches.
     const int my_count = team.lane < tiles ? row_counts[team.lane] : 0;
     if (team.any(my_count != 0))
       window_batches<T, G>(team, my_count, [](int l) { return static_cast<long long>(l); }, data,
-                           indices, row, tiles, tile_width, slots, true, held, f);
-  };
-  if constexpr (W == kWalkListed) {
-    const long long end = list_indptr[row + 1];
-    for (long long q = list_indptr[row]; q < end; q += G) {
-      const bool listed = q + team.lane < end;
-      const int my_tile = listed ? list_tiles[q + team.lane] : 0;  // count 0: never read
-      window_batches<T, G>(team, listed ? row_counts[my_tile] : 0,
-                           [&](int l) { return static_cast<long long>(team.shfl(my_tile, l)); },
-                           data, indices, row, tiles, tile_width, slots, end - q <= G, held, f);
+                           indices, row, tiles, tile_width, slots, f);
+    return;
+  }
+  for (long long t0 = 0; t0 < tiles; t0 += kCountWindows * G) {
+    int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
+    int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
+#pragma unroll
+    for (int w = 1; w < kCountWindows; ++w) {
+      const long long t = t0 + w * G + team.lane;
+      ahead[w - 1] = t < tiles ? row_counts[t] : 0;
     }
-  } else if constexpr (W == kWalkOneWindow) {
-    one_window();
-  } else if (tiles <= G) {
-    one_window();
-  } else {
-    // The walk ends with a pass at t0 >= tiles: one window of no entries, `last`, which
-    // passes on what the row's last windows left in `held`.
-    for (long long t0 = 0;; t0 += kCountWindows * G) {
-      const bool end = t0 >= tiles;
-      int my_count = t0 + team.lane < tiles ? row_counts[t0 + team.lane] : 0;  // window 0
-      int ahead[kCountWindows - 1];  // the other windows' counts, for the votes only
+    unsigned nonempty = team.any(my_count != 0) ? 1u : 0u;  // bit w: window w holds entries
 #pragma unroll
-      for (int w = 1; w < kCountWindows; ++w) {
+    for (int w = 1; w < kCountWindows; ++w)
+      nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
+    for (; nonempty != 0; nonempty &= nonempty - 1) {
+      const int w = __ffs(nonempty) - 1;
+      if (w > 0) {
+        // Read again (from L1) rather than kept: kCountWindows live counts spilled the
+        // accumulators of the 16-bit kernels. Window 0's (the only one of a row of at most
+        // G tiles) is kept.
         const long long t = t0 + w * G + team.lane;
-        ahead[w - 1] = t < tiles ? row_counts[t] : 0;
+        my_count = t < tiles ? row_counts[t] : 0;
       }
-      // bit w: window w holds entries (window 0 of the end pass, to pass on `held`)
-      unsigned nonempty = end || team.any(my_count != 0) ? 1u : 0u;
-#pragma unroll
-      for (int w = 1; w < kCountWindows; ++w)
-        nonempty |= team.any(ahead[w - 1] != 0) ? 1u << w : 0u;
-      for (; nonempty != 0; nonempty &= nonempty - 1) {
-        const int w = __ffs(nonempty) - 1;
-        if (w > 0) {
-          // Read again (from L1) rather than kept: kCountWindows live counts spilled the
-          // accumulators of the 16-bit kernels. Window 0's (the only one of a row of at most
-          // G tiles) is kept.
-          const long long t = t0 + w * G + team.lane;
-          my_count = t < tiles ? row_counts[t] : 0;
-        }
-        const long long tw = t0 + w * G;
-        window_batches<T, G>(team, my_count, [&](int l) { return tw + l; }, data, indices, row,
-                             tiles, tile_width, slots, end, held, f);
-      }
-      if (end) return;
+      const long long tw = t0 + w * G;
+      window_batches<T, G>(team, my_count, [&](int l) { return tw + l; }, data, indices, row,
+                           tiles, tile_width, slots, f);
     }
   }
 }
@@ -332,7 +323,7 @@ __device__ __forceinline__ bool split_row(long long o_start, long long o_end, in
   return chunk_log2 > 0 && o_end - o_start >= (2ll << chunk_log2);
 }
 
-template <typename T, int VEC, int G, int C, int E, bool Listed = false, bool OneWindow = false>
+template <typename T, int VEC, int G, int C, int E, bool Listed = false>
 __global__ void TWELL_ROWS_MAXNREG
 twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
                 const unsigned short* __restrict__ indices,
@@ -359,9 +350,7 @@ twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
 
   // Read before the slots, so that their latency overlaps the counts'.
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
-  static_assert(!(Listed && OneWindow), "one walk");
-  constexpr Walk kWalk = Listed ? kWalkListed : OneWindow ? kWalkOneWindow : kWalkCounts;
-  for_each_slot_batch<T, G, kWalk>(team, counts, data, indices, row, tiles, tile_width, slots,
+  for_each_slot_batch<T, G, Listed>(team, counts, data, indices, row, tiles, tile_width, slots,
                                     list_indptr, list_tiles,
                                     [&](const Entry<T>& entry, int len) {
                                       gather_batch<T, VEC, G, C, E>(team, len, entry, b, n, n0,
@@ -503,11 +492,11 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
   // Read before the slots, so that their latency overlaps the counts'.
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
   Acc acc = Acc(0);
-  for_each_slot_batch<T, G, kWalkCounts>(
-      team, counts, data, indices, row, tiles, tile_width, slots, nullptr, nullptr,
-      [&](const Entry<T>& entry, int len) {
-        if (team.lane < len) acc += entry.value * Value<T>::to_acc(x[entry.column]);
-      });
+  for_each_slot_batch<T, G, false>(team, counts, data, indices, row, tiles, tile_width, slots,
+                                   nullptr, nullptr, [&](const Entry<T>& entry, int len) {
+                              if (team.lane < len)
+                                acc += entry.value * Value<T>::to_acc(x[entry.column]);
+                            });
   acc += dot_run<T, G>(team, o_start, o_end, overflow_data,
                        [&](long long j) { return overflow_indices[j]; }, x);
   acc = team.sum(acc);

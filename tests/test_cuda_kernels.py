@@ -337,7 +337,8 @@ def test_spmv_takes_a_thread_per_row_when_rows_have_room_for_few_entries(rng, sl
 @pytest.mark.parametrize("n", [1, 8, 48, 200, 600])
 @pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
 def test_the_listed_kernels_sum_like_the_others(rng, monkeypatch, dtype, n, short):
-    # The Listed instances walk a row's listed tiles G at a time (for_each_slot_batch in
+    # The Listed instances walk a row's listed tiles G at a time, each window of G tiles
+    # whole even when a load of G listed tiles ends inside it (for_each_listed_batch in
     # spmm.cu). For one kernel shape they give the bits of the instances without the index
     # (the SpMV's team of 32 reads its counts either way). Rows: clusters of a few entries
     # per tile over 20-tile spans (several listed tiles per window, loads ending
@@ -379,50 +380,6 @@ def test_the_listed_kernels_sum_like_the_others(rng, monkeypatch, dtype, n, shor
             assert np.all(np.abs(y.astype(np.float64) - want) <= tol * scale), (g, tile_index)
             got.append(y.view(bits))
         np.testing.assert_array_equal(got[1], got[0])
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, twell.bfloat16],
-                         ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("n", [1, 8, 48, 200])
-@pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
-def test_the_gather_batches_do_not_depend_on_the_tile_width(rng, monkeypatch, dtype, n, short):
-    # The gather kernels cut a row's slot entries into batches of G lanes whatever tiles and
-    # windows of G tiles they come from (for_each_slot_batch in spmm.cu; until the
-    # twenty-third GPU session each window had batches of its own, and a wide layout's rows
-    # gathered one or two B rows a step). The batches fix the order of sums, so a matrix
-    # without overflow, whose entries are in column order in every layout, gives the same
-    # bits at every tile width for one kernel shape: one window a row (both the one-window
-    # instance and the walk over windows) or up to 512 (the counts walk and the listed one).
-    force_short_rows(monkeypatch, short)
-    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
-    if n == 1:  # the team SpMV (twell_spmv_rows) batches the same way
-        monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda *_: _kernels.SPMV_LANES[-1])
-    k = 4096
-    x = np.zeros((80, k))
-    for r, length in enumerate(rng.integers(0, 300, size=x.shape[0])):
-        cols = rng.choice(k, size=length if r % 5 else length // 30, replace=False)
-        x[r, cols] = rng.standard_normal(cols.size) + np.sign(rng.standard_normal(cols.size))
-    x = cast(x, dtype)
-    rhs = cast(rng.standard_normal((k, n)), dtype)
-    want = x.astype(np.float64) @ rhs.astype(np.float64)
-    scale = np.abs(x.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
-    tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
-    bits = f"u{np.dtype(dtype).itemsize}"
-    got = {}
-    for t in (8, 64, k):
-        a = twell.TwELLMatrix(cupy.asarray(x), tile_width=t, slots=t)  # no overflow
-        assert a.overflow_nnz == 0
-        for walk, one_window, index in (("counts", False, None), ("one window", True, None),
-                                        ("listed", True, _algorithms.tile_index(a.counts))):
-            monkeypatch.setattr(_kernels, "SPMM_ONE_WINDOW", one_window)
-            Backend("cupy").poison()  # an output element left unwritten shows as NaN
-            y = _cupy_backend.spmm(a._parts, a.shape, t, cupy.asarray(rhs), np.dtype(dtype),
-                                   variant="rows", tile_index=index).get()
-            assert np.all(np.abs(y.astype(np.float64) - want) <= tol * scale), (t, walk)
-            got[t, walk] = y.view(bits)
-    first = next(iter(got.values()))
-    for key, y in got.items():
-        np.testing.assert_array_equal(y, first, err_msg=str(key))
 
 
 @pytest.mark.parametrize(("k", "tile_width", "per_row", "pays"), [

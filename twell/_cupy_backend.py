@@ -664,10 +664,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, mma_shape=None, variant=None, n
         kernel((-(-partial.shape[0] // 2 // teams), column_blocks), (32,), (
             parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, _i64(m), b,
             _i64(n), run_rows, _i32(chunk.bit_length() - 1), partial))
-    expr = _expr_n("twell_spmm_rows", out_dtype, *shape)
-    if tile_index is None and parts.data.shape[1] <= shape[1] and _kernels.SPMM_ONE_WINDOW:
-        expr = _kernels.one_window(expr)  # rows of at most G tiles
-    listed, args = _listed_args(expr, parts, tile_index)
+    listed, args = _listed_args(_expr_n("twell_spmm_rows", out_dtype, *shape), parts,
+                                tile_index)
     kernel = _kernels.function("spmm.cu", listed)
     # One team of G lanes per (row, column block), one warp per block (__maxnreg__).
     kernel((-(-m // teams), column_blocks), (32,), (

@@ -56,13 +56,6 @@ def listed(instance):
     return f"{instance[:-1]}, true>"
 
 
-def one_window(instance):
-    """The instance of ``twell_spmm_rows`` for layouts of at most G tiles a row (template
-    argument ``OneWindow = true``): it reads a row's counts at once, with the registers of
-    that walk alone (spmm.cu, ``kWalkOneWindow``)."""
-    return f"{instance[:-1]}, false, true>"
-
-
 #: (row, tile) pairs per warp of the dense pack kernel when a tile fits in one warp-wide
 #: vector load (tile_width <= 32 * VEC); wider tiles take one pair per warp.
 PACK_PAIRS = 4
@@ -99,13 +92,6 @@ HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 #: instances, in order of preference (the launcher takes the first whose shared memory fits).
 MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
 
-#: Whether the gather SpMM takes its one-window instance (:func:`one_window`) for layouts of
-#: at most G tiles a row (the paper's activations at tile width 256). Its walk alone needs
-#: fewer registers than the walk over windows, which carries a batch's entries from one
-#: window to the next (twenty-third GPU session: float32 with 32 lanes a row 64 against 78
-#: registers). The tests hold both walks to the same bits.
-SPMM_ONE_WINDOW = True
-
 #: (G, C, E) of the gather SpMM ``twell_spmm_rows``: lanes per row, column chunks per lane,
 #: entries in flight per lane (C * E = 4), widest first; ``_cupy_backend._rows_shape`` picks
 #: one from N and the layout.
@@ -129,9 +115,8 @@ INSTANCES = {
                  for g, c, e in SPMM_ROWS_SHAPES]
                 + [f"{k[:-1]}, {g}>" for k in _typed("twell_spmv_rows") for g in SPMV_LANES[1:]]
                 + _typed("twell_spmv_thread_rows")
-                + [way(k) for k in _vectored("twell_spmm_rows")
-                   for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]
-                   for way in (listed, one_window)]
+                + [listed(k) for k in _vectored("twell_spmm_rows")
+                   for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
                 + [listed(k) for k in _typed("twell_spmv_thread_rows")]
                 + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
                    for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]

@@ -1,14 +1,17 @@
-"""The gather SpMM before and after batches that span windows of tiles (twenty-third
-session), in one process: the working tree's spmm.cu against the session's starting tree's
-(0612a58's, the same as 4c648a1's: ``scratch/base/cuda_src``; compiled beside it), both
-called through the working tree's launcher (``_cupy_backend.spmm`` with
+"""The gather SpMM before and after batches that span windows of tiles
+(``benchmarks/prototypes/spmm_batches_across_windows.patch``, twenty-third session; not yet
+run: the device was not lent after that session's first call), in one process: the working
+tree's spmm.cu, with the patch applied, against the tree before it (``scratch/base/cuda_src``:
+``git archive 4c648a1 cuda_src``, whose spmm.cu is the one the patch applies to; compiled
+beside it), both called through the working tree's launcher (``_cupy_backend.spmm`` with
 ``_kernels.function`` patched for "spmm.cu": the old tree has no one-window instance, so
 its expression goes to the old kernel without that argument, which walks such rows its own
 way).
 
-1. Bits: layouts of one window a row (the paper's activations at tile width 256, the
-   10^6-row matrices at 65536 with 16 lanes a row) must give the old bits; wider ones other
-   bits (new batches), within float32 rounding of cuSPARSE's product (torch CSR).
+1. Bits: rows of at most one window of G tiles, G the team's lanes (the paper's activations
+   at tile width 256, the graph at 65536 with 16 lanes a row: ``one_window``) must give the
+   old bits; wider ones may give others (new batches), within rounding of cuSPARSE's
+   product (torch CSR) or, for the activations, of the old kernel's.
 2. Times (ms, medians of CUDA-event timings, old and new interleaved in 3 rounds): the
    gather kernel (``variant="rows"``) on the activations (bf16 99/95/90%, float32 99%), the
    power-law graph and the Poisson stencil with 64 and 256 float32 columns at tile widths
@@ -72,20 +75,31 @@ def product(a, b, index=None):
                    tile_index=index)
 
 
+def one_window(a, n, index):
+    """Whether the old and new kernels must give the same bits: rows of at most one window
+    of G tiles (G the team's lanes) walked by their counts, or a thread per row (SpMV)."""
+    if index is not None:
+        return False
+    if n == 1:
+        lanes = gb._spmv_lanes(a._parts, a.shape[0])
+        return lanes == 1 or a.n_tiles <= lanes
+    return a.n_tiles <= gb._rows_shape(n, a.dtype, gb._short_rows(a._parts, a.shape[0]))[0]
+
+
 def main():
     import torch
 
     print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "
           f"CuPy {cupy.__version__}, torch {torch.__version__}", flush=True)
     ns = types.SimpleNamespace(xp=cupy, sp=cupyx.scipy.sparse)
-    cases = []  # (label, a, b, index, torch csr or None, torch b, one window?)
+    cases = []  # (label, a, b, index, torch csr or None, torch b)
     rng = np.random.default_rng(0)
     for s in (0.99, 0.95, 0.90):
         z = _dev.activations(16384, 5632, 2048, s, rng)
         for dtype in ((twell.bfloat16, np.float32) if s == 0.99 else (twell.bfloat16,)):
             a = twell.TwELLMatrix(z.astype(dtype))
             b = cupy.asarray(rng.standard_normal((5632, 2048), dtype=np.float32)).astype(dtype)
-            cases.append((f"ffn {np.dtype(dtype).name} {s:.2f}", a, b, None, None, None, True))
+            cases.append((f"ffn {np.dtype(dtype).name} {s:.2f}", a, b, None, None, None))
     for name, make in (("graph", lambda dt: B.powerlaw_graph(
             ns, B.SCI_GRAPH_N, B.SCI_GRAPH_DEGREE, B.SCI_GRAPH_ALPHA, 5, dt)[0]),
                        ("poisson", lambda dt: B.poisson2d(ns, B.SCI_GRID, dt)[0])):
@@ -105,16 +119,16 @@ def main():
                 for r in rhs:
                     b = cupy.asarray(rng.standard_normal((n, r), dtype=np.float32)).astype(dtype)
                     tb = torch.from_dlpack(b)
-                    one = t == 65536 and r == 64  # 16 tiles, 16 lanes a row
                     label = f"{name} {np.dtype(dtype).name} N={r} T={t}"
-                    cases.append((label, a, b, None, tcsr, tb, one))
+                    cases.append((label, a, b, None, tcsr, tb))
                     if index is not None and r != 1:
-                        cases.append((label + " +index", a, b, index, tcsr, tb, False))
+                        cases.append((label + " +index", a, b, index, tcsr, tb))
             del csr
 
     # 1. Bits and accuracy.
     same = differ = bad = 0
-    for label, a, b, index, tcsr, tb, one in cases:
+    for label, a, b, index, tcsr, tb in cases:
+        one = one_window(a, b.shape[1], index)
         new = product(a, b, index)
         with old_spmm():
             old = product(a, b, index)
@@ -137,7 +151,7 @@ def main():
 
     # 2. Times.
     rows = []
-    for label, a, b, index, tcsr, tb, _ in cases:
+    for label, a, b, index, tcsr, tb in cases:
         times = {}
         ours = functools.partial(product, a, b, index)
         for _ in range(3):
