@@ -8,6 +8,11 @@ beside it), both called through the working tree's launcher (``_cupy_backend.spm
 its expression goes to the old kernel without that argument, which walks such rows its own
 way).
 
+A third build, the working tree's spmm.cu with ``-DTWELL_SPMM_HELD_AS_LOADED=0`` ("made":
+every held entry made into an Entry at once, the patch's first form), measures what keeping
+float32 and float64 entries as loaded until their batch is whole gives; it must give the
+new build's bits.
+
 1. Bits: rows of at most one window of G tiles, G the team's lanes (the paper's activations
    at tile width 256, the graph at 65536 with 16 lanes a row: ``one_window``) must give the
    old bits; wider ones may give others (new batches), within rounding of cuSPARSE's
@@ -40,27 +45,37 @@ from twell import _kernels  # noqa: E402
 
 OLD = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "scratch/base/cuda_src")
 ONE = ", false, true>"
-_old = {}
+#: The other spmm.cu builds: the tree before the patch, and the working tree's with every
+#: held entry made into an Entry at once (TWELL_SPMM_HELD_AS_LOADED=0: the patch's first
+#: form), to measure what keeping float32/float64 entries as loaded gives.
+VARIANTS = {"old": (OLD, ()), "made": (pathlib.Path("cuda_src"),
+                                        ("-DTWELL_SPMM_HELD_AS_LOADED=0",))}
+_modules, _lookups = {}, {}
 
 
-def old_function(expression):
-    _old["lookups"] = _old.get("lookups", 0) + 1  # printed: the old kernels did run
-    if "module" not in _old:
-        options = (*_kernels.OPTIONS, f"-I{OLD}", *_kernels._nvrtc_includes())
-        names = [e for e in _kernels.INSTANCES["spmm.cu"] if not e.endswith(ONE)]
-        _old["module"] = cupy.RawModule(code=(OLD / "spmm.cu").read_text(), options=options,
-                                        name_expressions=names)
-    if expression.endswith(ONE):
+def variant_function(variant, expression):
+    _lookups[variant] = _lookups.get(variant, 0) + 1  # printed: those kernels did run
+    src, defines = VARIANTS[variant]
+    if variant not in _modules:
+        options = (*_kernels.OPTIONS, *defines, f"-I{src}", *_kernels._nvrtc_includes())
+        names = _kernels.INSTANCES["spmm.cu"]
+        if variant == "old":
+            names = [e for e in names if not e.endswith(ONE)]
+        _modules[variant] = cupy.RawModule(code=(src / "spmm.cu").read_text(), options=options,
+                                           name_expressions=names)
+    if variant == "old" and expression.endswith(ONE):
         expression = expression[:-len(ONE)] + ">"
-    return _old["module"].get_function(expression)
+    return _modules[variant].get_function(expression)
 
 
 @contextlib.contextmanager
-def old_spmm():
+def spmm_from(variant):
     new = _kernels.function
 
     def patched(name, expression):
-        return old_function(expression) if name == "spmm.cu" else new(name, expression)
+        if name == "spmm.cu":
+            return variant_function(variant, expression)
+        return new(name, expression)
 
     _kernels.function = patched
     try:
@@ -130,24 +145,29 @@ def main():
     for label, a, b, index, tcsr, tb in cases:
         one = one_window(a, b.shape[1], index)
         new = product(a, b, index)
-        with old_spmm():
+        with spmm_from("old"):
             old = product(a, b, index)
+        with spmm_from("made"):
+            made = product(a, b, index)
         equal = bool(cupy.array_equal(new.view(np.uint8), old.view(np.uint8)))
+        # Keeping entries as loaded changes when they are made, not their sums.
+        made_equal = bool(cupy.array_equal(new.view(np.uint8), made.view(np.uint8)))
         if tcsr is not None:
             want = cupy.from_dlpack(tcsr @ tb).astype(np.float64)
         else:
             want = old.astype(np.float64)
         err = float(cupy.linalg.norm(new.astype(np.float64) - want) / cupy.linalg.norm(want))
         tol = 1e-2 if a.dtype.itemsize == 2 else 1e-5 if a.dtype.itemsize == 4 else 1e-12
-        ok = err <= tol and (equal or not one)
+        ok = err <= tol and (equal or not one) and made_equal
         same += equal
         differ += not equal
         bad += not ok
         print(f"  {label:<40} bits {'equal' if equal else 'differ'} (one window: {one}), "
-              f"rel. error {err:.1e} {'ok' if ok else 'FAIL'}", flush=True)
+              f"rel. error {err:.1e}, made {'equal' if made_equal else 'DIFFERS'} "
+              f"{'ok' if ok else 'FAIL'}", flush=True)
     print(f"{len(cases)} cases: {same} bit-equal, {differ} differ, "
           + ("all right" if not bad else f"{bad} WRONG")
-          + f" ({_old.get('lookups', 0)} old kernels looked up)", flush=True)
+          + f" (kernels looked up: {_lookups})", flush=True)
 
     # 2. Times.
     rows = []
@@ -156,18 +176,19 @@ def main():
         ours = functools.partial(product, a, b, index)
         for _ in range(3):
             times.setdefault("new", []).append(_dev.timed(ours, 10))
-            with old_spmm():
-                times.setdefault("old", []).append(_dev.timed(ours, 10))
+            for variant in VARIANTS:
+                with spmm_from(variant):
+                    times.setdefault(variant, []).append(_dev.timed(ours, 10))
             if tcsr is not None and index is None:
                 times.setdefault("torch", []).append(
                     _dev.timed(lambda tcsr=tcsr, tb=tb: tcsr @ tb, 10))
         med = {k: float(np.median(v)) for k, v in times.items()}
-        rows.append((label, med["old"], med["new"], med.get("torch")))
-    print(f"\n{'case':<40} {'old ms':>8} {'new ms':>8} {'new/old':>7} {'torch':>8} "
-          f"{'x torch':>7}")
-    for label, old, new, tt in rows:
+        rows.append((label, med["old"], med["made"], med["new"], med.get("torch")))
+    print(f"\n{'case':<40} {'old ms':>8} {'made ms':>8} {'new ms':>8} {'new/old':>7} "
+          f"{'torch':>8} {'x torch':>7}")
+    for label, old, made, new, tt in rows:
         t = f"{tt:8.3f} {tt / new:7.2f}" if tt else f"{'-':>8} {'-':>7}"
-        print(f"{label:<40} {old:8.3f} {new:8.3f} {new / old:7.2f} {t}")
+        print(f"{label:<40} {old:8.3f} {made:8.3f} {new:8.3f} {new / old:7.2f} {t}")
 
 
 if __name__ == "__main__":
