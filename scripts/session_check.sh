@@ -5,7 +5,8 @@
 # initcheck on the kernel and scan tests (scripts/sanitize.sh); memcheck, racecheck and
 # synccheck on the Hopper fused kernel's bit tests; memcheck and initcheck on the
 # slots="auto" and gated up-projection tests (unfiltered: with --kernel-name, initcheck does
-# not see cuBLAS write the dense way's product). Prints a short summary; the logs go to $OUT
+# not see cuBLAS write the dense way's product); memcheck on the dense and CSR pack tests
+# (twell_pack kernels only: their count passes take null storage arrays). Prints a short summary; the logs go to $OUT
 # as gpu_check.txt, bench.json, bench.txt, sanitizer.txt and ffn_sanitizers.txt (five files:
 # the device tool returns eight). About 6-7 minutes on an H200.
 # Usage on the GPU machine, from the repo root: OUT=dir bash scripts/session_check.sh COMMIT
@@ -33,6 +34,10 @@ for tool in memcheck initcheck; do
   echo "== gated $tool rc=$?: $(grep -E 'ERROR SUMMARY|passed|failed' /tmp/s.txt | tr '\n' ' ')" | tee -a $OUT/ffn_sanitizers.txt
   tail -5 /tmp/s.txt >> $OUT/ffn_sanitizers.txt
 done
+HYPOTHESIS_PROFILE=sanitize TWELL_NO_MEMORY_POOL=1 timeout 150 compute-sanitizer --tool memcheck \
+  --target-processes application-only --kernel-name kns=twell_pack python3 -m pytest -q \
+  -p no:cacheprovider tests/test_cuda_kernels.py tests/test_determinism.py -k "vector_and_scalar or every_output_element or bitwise_deterministic or tile_counts_csr_kernel or every_16_bit_pattern or (staged_pack_of_wide_tiles and 1000-256)" > /tmp/p.txt 2>&1
+echo "== pack memcheck rc=$?: $(grep -E 'ERROR SUMMARY|passed|failed' /tmp/p.txt | tr '\n' ' ')" | tee -a $OUT/ffn_sanitizers.txt
 # The summary: the feed-forward rows and the targets.
 grep -E "^(gemm\+pack|gated ffn) +ffn +(bf16|fp16) s=0.99|^pack +ffn +bf16 s=0.99" $OUT/bench.txt
 grep -A20 "^targets" $OUT/bench.txt
