@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from helpers import BF16, F16, F32, F64, MATMUL_RTOL, cast, dense_from_parts, rel_err
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import RHS, cases, edge_examples, rhs
 
 import twell
+from twell import _numpy_backend
 
 I64, I32, BOOL = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_)
 
@@ -163,6 +164,45 @@ def test_matvec_with_no_columns(backend):
     np.testing.assert_array_equal(backend.to_host(a @ backend.asarray(np.zeros(0))), np.zeros(3))
     np.testing.assert_array_equal(backend.to_host(backend.asarray(np.zeros(0)) @ a.T),
                                   np.zeros(3))
+
+
+# -- the host's order of sums ---------------------------------------------------------------
+
+@st.composite
+def skewed_rows(draw):
+    """float32 matrices whose rows range from empty to full (hub rows among short ones), a
+    tile width, and a number of right-hand sides."""
+    m = draw(st.integers(1, 40))
+    k = draw(st.integers(1, 300))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    density = rng.choice([0.0, 0.02, 0.1, 0.5, 1.0], size=(m, 1), p=[0.1, 0.4, 0.3, 0.1, 0.1])
+    dense = np.where(rng.random((m, k)) < density, rng.standard_normal((m, k)), 0)
+    return (dense.astype(np.float32), draw(st.sampled_from([8, 64, 256])),
+            draw(st.sampled_from([1, 2, 5, 40])), rng.standard_normal((k, 40)))
+
+
+@given(case=skewed_rows(), chunk=st.sampled_from([None, 1, 7, 300]))
+@example(case=(np.eye(1, 300, dtype=np.float32) + np.r_[:300].astype(np.float32) % 3, 8, 5,
+               np.linspace(-1, 1, 300 * 40).reshape(300, 40)), chunk=7)
+@example(case=(np.zeros((3, 5), np.float32), 8, 1, np.ones((5, 40))), chunk=None)
+def test_host_products_add_each_rows_terms_in_column_order(case, chunk):
+    """On the host, row i of A @ B is 0 + a[i, j0] * B[j0] + a[i, j1] * B[j1] + ... added one
+    at a time in column order, in float32: bit for bit what np.add.at over the sorted
+    entries gives, whatever the rows' lengths (steps over all rows, running sums for the long
+    ones) and however the work is cut into blocks (``chunk`` elements)."""
+    dense, tile_width, n, b = case
+    b = b[:, :n].astype(np.float32)
+    rows, cols = np.nonzero(dense)  # sorted by (row, column)
+    want = np.zeros((dense.shape[0], n), dtype=np.float32)
+    np.add.at(want, rows, dense[rows, cols][:, None] * b[cols])
+    a = twell.TwELLMatrix(dense, tile_width=tile_width, slots=2)
+    with pytest.MonkeyPatch.context() as mp:
+        if chunk is not None:
+            mp.setattr(_numpy_backend, "_SPMM_CHUNK", chunk)
+        got = a @ b
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 # -- NaN and Inf ---------------------------------------------------------------------------
