@@ -18,25 +18,38 @@ def brute_overflow(hist, slots):
     return sum(h * max(c - slots, 0) for c, h in enumerate(hist))
 
 
-def brute_auto_slots(hist, tile_width, fraction=twell.AUTO_OVERFLOW_FRACTION):
-    """The documented definition: the smallest s >= 1 whose overflow is <= fraction * nnz."""
+def brute_typical(hist):
+    """The count that 99% of the non-empty pairs fit in, from the sorted list of counts."""
+    counts = np.repeat(np.arange(len(hist)), hist)
+    counts = np.sort(counts[counts > 0])
+    return int(counts[math.ceil(0.99 * counts.size) - 1]) if counts.size else 0
+
+
+def brute_auto_slots(hist, tile_width, fraction=twell.AUTO_OVERFLOW_FRACTION,
+                     max_factor=twell.AUTO_MAX_FACTOR):
+    """The documented definition: the smallest s >= 1 whose overflow is <= fraction * nnz,
+    but at most max_factor times the typical count (when that is smaller), and the width."""
     nnz = sum(c * h for c, h in enumerate(hist))
-    for s in range(1, tile_width + 1):
+    cap = tile_width if max_factor is None else max(1, min(tile_width, math.floor(
+        max_factor * brute_typical(hist))))
+    for s in range(1, cap + 1):
         if brute_overflow(hist, s) <= fraction * nnz:
             return s
-    return tile_width
+    return cap
 
 
 def test_public_constants():
     assert twell.DEFAULT_TILE_WIDTH == 256
     assert twell.AUTO_OVERFLOW_FRACTION == 0.01
+    assert twell.AUTO_MAX_FACTOR == 4
 
 
 @given(hist=histograms(), tile_width=st.integers(1, 300),
-       fraction=st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.5, 1.0]))
-def test_auto_slots_matches_its_definition(hist, tile_width, fraction):
-    assert _layout.auto_slots(np.array(hist), tile_width, fraction) == brute_auto_slots(
-        hist, tile_width, fraction)
+       fraction=st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.5, 1.0]),
+       max_factor=st.sampled_from([None, 1, 2, 4, 2.5, 100]))
+def test_auto_slots_matches_its_definition(hist, tile_width, fraction, max_factor):
+    assert _layout.auto_slots(np.array(hist), tile_width, fraction, max_factor) == \
+        brute_auto_slots(hist, tile_width, fraction, max_factor)
 
 
 @given(hist=histograms(), tile_width=st.integers(1, 300))
@@ -61,16 +74,36 @@ def test_auto_slots_refuses_a_negative_fraction():
         twell.auto_slots(np.array([0, 5, 3]), 8, -0.1)
 
 
+@pytest.mark.parametrize("max_factor", [0, 0.5, -1, float("nan")])
+def test_auto_slots_refuses_a_factor_below_one(max_factor):
+    with pytest.raises(ValueError, match=f"max_factor must be None or at least 1; got "
+                                         f"max_factor={max_factor!r}"):
+        twell.auto_slots(np.array([0, 5, 3]), 8, max_factor=max_factor)
+
+
 @pytest.mark.parametrize("hist, tile_width, expected", [
     pytest.param([7], 256, 1, id="no-nonzeros"),
     pytest.param([0, 100], 256, 1, id="all-ones"),
     pytest.param([0, 0, 0, 0, 50], 256, 4, id="all-fours"),
     pytest.param([0, 0, 0, 0, 50], 3, 3, id="capped-by-tile-width"),
-    # 99 tiles of 1 and one of 40: nnz 139, budget 1.39; slots=39 leaves 1 entry over.
-    pytest.param([0, 99] + [0] * 38 + [1], 256, 39, id="one-outlier"),
+    # 99 tiles of 1 and one of 40: nnz 139, budget 1.39; slots=39 would leave 1 entry
+    # over, but 99% of the non-empty tiles hold 1: the cap is 4 (36 entries over).
+    pytest.param([0, 99] + [0] * 38 + [1], 256, 4, id="one-outlier"),
+    # 98 of 1 and two of 40: the 99th percentile is 40, so the fraction decides (nnz 178,
+    # budget 1.78): 40.
+    pytest.param([0, 98] + [0] * 38 + [2], 256, 40, id="two-outliers"),
+    # 990 of 2 and 10 of 50: cap 4 x 2 = 8 (the fraction alone would take 49).
+    pytest.param([0, 0, 990] + [0] * 47 + [10], 256, 8, id="hub-capped"),
 ])
 def test_auto_slots_known_values(hist, tile_width, expected):
     assert twell.auto_slots(np.array(hist), tile_width) == expected
+
+
+def test_auto_slots_without_the_cap_is_the_fraction_alone():
+    hist = np.array([0, 99] + [0] * 38 + [1])
+    assert twell.auto_slots(hist, 256, max_factor=None) == 39
+    assert twell.auto_slots(hist, 256, max_factor=40) == 39
+    assert twell.auto_slots(hist, 256, max_factor=38) == 38
 
 
 @given(hist=histograms(), slots=st.integers(0, 50))
@@ -107,7 +140,8 @@ def test_matrix_auto_slots_follows_the_per_tile_counts(backend, case):
     hist = np.bincount(per_tile.ravel(), minlength=1).tolist()
     assert a.slots == brute_auto_slots(hist, t)
     nnz = int(np.count_nonzero(case.dense))
-    assert a.overflow_nnz <= twell.AUTO_OVERFLOW_FRACTION * nnz or a.slots == t
+    cap = twell.AUTO_MAX_FACTOR * brute_typical(hist)
+    assert a.overflow_nnz <= twell.AUTO_OVERFLOW_FRACTION * nnz or a.slots in (t, cap)
     assert a.n_tiles == -(-case.dense.shape[1] // t)
 
 

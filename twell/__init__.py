@@ -16,7 +16,7 @@ from ._backend import cupy_available as cuda_available
 from ._ell import ELLMatrix
 from ._ffn import matmul_to_twell, sparse_ffn
 from ._io import load, save
-from ._layout import AUTO_OVERFLOW_FRACTION, DEFAULT_TILE_WIDTH, auto_slots
+from ._layout import AUTO_MAX_FACTOR, AUTO_OVERFLOW_FRACTION, DEFAULT_TILE_WIDTH, auto_slots
 from ._torch import TorchParts, from_torch, from_torch_array, from_torch_parts, to_torch
 from ._twell import TwELLMatrix
 from ._validation import SUPPORTED_DTYPES, bfloat16
@@ -25,6 +25,7 @@ from ._version import __version__
 from_packed = TwELLMatrix.from_packed
 
 __all__ = [
+    "AUTO_MAX_FACTOR",
     "AUTO_OVERFLOW_FRACTION",
     "DEFAULT_TILE_WIDTH",
     "ELLMatrix",

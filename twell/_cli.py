@@ -104,7 +104,8 @@ def _layout_options(p, what):
     p.add_argument("--slots", type=_slots_option, metavar="S",
                    help='slots per (row, tile), an int or "auto" (default: a twell file\'s own, '
                         'else "auto": the fewest that leave at most 1%% of the non-zeros in the '
-                        "overflow)")
+                        "overflow, but at most 4 times the count that 99%% of the non-empty "
+                        "(row, tile) pairs fit in)")
 
 
 def _from_option(p):
@@ -316,7 +317,8 @@ def run_info(args):
                      f"hold more than {a.slots}"),
         ("recommended slots", f"{recommended} (twell.auto_slots: the fewest that leave at most "
                               f"{twell.AUTO_OVERFLOW_FRACTION:.0%} of the non-zeros in the "
-                              "overflow)"),
+                              f"overflow, at most {twell.AUTO_MAX_FACTOR} times the count that "
+                              "99% of the non-empty (row, tile) pairs fit in)"),
     ], indent="")
 
     print("\nnon-zeros per (row, tile)")

@@ -17,6 +17,8 @@ stores, for every row ``m`` and tile ``t`` (``n_tiles = ceil(K / T)``):
   ``overflow_data``.
 """
 
+import math
+
 import numpy as np
 
 #: Default tile width: the N-tile of the Hopper GEMM that produces TwELL.
@@ -26,8 +28,13 @@ DEFAULT_TILE_WIDTH = 256
 MAX_TILE_WIDTH = 65536
 
 #: ``slots="auto"`` picks the smallest slot count whose overflow holds at most
-#: this fraction of the non-zeros.
+#: this fraction of the non-zeros...
 AUTO_OVERFLOW_FRACTION = 0.01
+
+#: ... but at most this many times the count that 99% of the non-empty (row, tile) pairs
+#: fit in (:func:`auto_slots`): on rows with heavy tails the fraction alone would store
+#: mostly padding.
+AUTO_MAX_FACTOR = 4
 
 #: Largest number of columns (overflow columns are stored as int32).
 MAX_COLUMNS = 2**31 - 1
@@ -102,11 +109,24 @@ def _overflow(counts, slots):
     return sum((c - slots) * n for c, n in enumerate(counts[slots + 1:], slots + 1))
 
 
-def _auto_slots(counts, nnz, tile_width, fraction):
+def _typical(counts):
+    """The count that 99% of the non-empty pairs fit in: the smallest ``c`` with at least
+    99% of them holding at most ``c`` entries (0 when every pair is empty)."""
+    nonempty = sum(counts[1:])
+    run = 0
+    for c, n in enumerate(counts[1:], 1):
+        run += n
+        if 100 * run >= 99 * nonempty:
+            return c
+    return 0
+
+
+def _auto_slots(counts, nnz, tile_width, fraction, max_factor=AUTO_MAX_FACTOR):
     # Overflow with s slots: sum over c > s of hist[c] * (c - s) = tail_nnz - s * tail_pairs,
     # non-increasing in s; walk s up from 0, dropping bin s + 1 from the tails at each step.
+    cap = len(counts) if max_factor is None else math.floor(max_factor * _typical(counts))
     tail_pairs, tail_nnz, s = sum(counts[1:]), nnz, 0
-    while tail_nnz - s * tail_pairs > fraction * nnz and s + 1 < len(counts):
+    while tail_nnz - s * tail_pairs > fraction * nnz and s + 1 < len(counts) and s < cap:
         s += 1
         tail_pairs -= counts[s]
         tail_nnz -= s * counts[s]
@@ -122,8 +142,21 @@ def slot_overflow(tile_counts_histogram, slots):
     return _overflow(_counts(tile_counts_histogram), slots)
 
 
-def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTION):
-    """Smallest slot count (>= 1) whose overflow is at most ``fraction`` of the non-zeros.
+def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTION,
+               max_factor=AUTO_MAX_FACTOR):
+    """Smallest slot count (>= 1) whose overflow is at most ``fraction`` of the non-zeros,
+    but no more than ``max_factor`` times the count that 99% of the non-empty (row, tile)
+    pairs fit in.
+
+    The cap matters only where a few pairs hold far more entries than the rest (the hubs
+    of a power-law graph): the fraction alone would give every pair the room of those few,
+    and the layout, which stores the slots of every pair, would be mostly padding. A
+    Pareto(1.5)-degree graph of 200 000 rows (mean degree 16, 3.4 M entries, 28 MB as CSR)
+    at ``tile_width=65536`` needs 1980 slots for 1% of overflow, 9.5 GB in float32; the
+    cap, 4 x 41 = 164 slots, leaves 7% of the entries in the overflow and 0.79 GB. It leaves
+    the choice alone on the activations of a ReLU layer (6-7, 19 and 32 slots at 99%, 95%
+    and 90% sparsity, uniform or hot columns, ``tile_width=256``) and on the benchmark's
+    10^6-row stencil and Pareto(2) graph (``benchmarks/NOTES.md``, twenty-fourth session).
 
     Parameters
     ----------
@@ -133,11 +166,16 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
         Upper bound for the answer.
     fraction : float
         Allowed share of non-zeros in the overflow.
+    max_factor : float or None
+        The cap, in multiples of the count that 99% of the non-empty pairs fit in; None
+        for no cap.
     """
     if not fraction >= 0:
         raise ValueError(f"fraction must be at least 0; got fraction={fraction!r}")
+    if max_factor is not None and not max_factor >= 1:
+        raise ValueError(f"max_factor must be None or at least 1; got max_factor={max_factor!r}")
     counts = _counts(tile_counts_histogram)
-    return _auto_slots(counts, _nnz(counts), tile_width, fraction)
+    return _auto_slots(counts, _nnz(counts), tile_width, fraction, max_factor)
 
 
 def auto_choice(tile_counts_histogram, tile_width):

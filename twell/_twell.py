@@ -46,7 +46,8 @@ class TwELLMatrix:
     slots : int or "auto", optional
         Slots per (row, tile), in [1, tile_width]. ``"auto"`` (default)
         chooses the smallest count whose overflow holds at most 1% of the
-        non-zeros (see :func:`twell.auto_slots`); from a TwELLMatrix with the
+        non-zeros, but at most 4 times the count that 99% of the non-empty
+        (row, tile) pairs fit in (see :func:`twell.auto_slots`); from a TwELLMatrix with the
         same tile width it keeps that matrix's slot count.
     dtype : dtype, optional
         Value dtype: float64, float32, float16 or bfloat16. Default: that of
