@@ -1961,6 +1961,9 @@ def build_parser(prog="bench.py"):
     p.add_argument("--rhs", type=_ints, help="sci right-hand-side counts (default 64,256,512)")
     p.add_argument("--sci-matrices", default="poisson,graph",
                    type=lambda s: _names(s, ("poisson", "graph"), "matrix"))
+    p.add_argument("--graph-alpha", type=float, default=SCI_GRAPH_ALPHA,
+                   help="Pareto tail index of the power-law graph's degrees (default "
+                        "%(default)s; 1.5 gives heavier hubs, where slots=\"auto\" is capped)")
     p.add_argument("--sci-tile-widths", type=_ints,
                    help="tile widths tried on the sci matrices (default 65536,4096,256)")
     p.add_argument("--shape", type=_ints,
@@ -2019,6 +2022,9 @@ def finalize_args(args):
         args.time_budget = 75.0 if q else 300.0
     if args.shape and len(args.shape) != 3:
         raise SystemExit("bench.py: error: --shape takes M,K,N")
+    if not args.graph_alpha > 1:
+        raise SystemExit("bench.py: error: --graph-alpha must be above 1 (a finite mean "
+                         f"degree); got {args.graph_alpha}")
     if dry:
         args.m, args.k, args.n = args.shape or (256, 768, 64)
         args.grid, args.graph_n, args.graph_degree = 40, 2000, 8.0
@@ -2151,7 +2157,7 @@ def run(bench, plan):
                         a, info = poisson2d(bench, args.grid, DTYPES[dname])
                     else:
                         a, info = powerlaw_graph(bench, args.graph_n, args.graph_degree,
-                                                 SCI_GRAPH_ALPHA, args.seed + 5, DTYPES[dname])
+                                                 args.graph_alpha, args.seed + 5, DTYPES[dname])
                     case.info.update(info)
                     run_sci_case(bench, case, a, DTYPES[dname], args.rhs, args.sci_tile_widths,
                                  nbuf_rule)
