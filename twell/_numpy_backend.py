@@ -187,9 +187,12 @@ def _sorted_coo_times_dense(rows, cols, vals, b, out):
             break  # these rows and all later ones are empty: their zeros stay
         start = indptr[these]
         sums = np.zeros((these.size, n), dtype=out.dtype)
-        # longer[k]: rows with more than k entries (a k-th one, counting from 0)
-        longer = np.searchsorted(-length, -np.arange(int(length[0]) + 1), side="left")
-        depth = int(np.argmin(np.arange(longer.size) + longer))
+        # longer[k]: rows with more than k entries (a k-th one, counting from 0). A depth past
+        # the block's row count costs more calls than depth 0 (at most that many rows), so
+        # the candidates stop there, however long the longest row.
+        depths = np.arange(min(int(length[0]), length.size) + 1)
+        longer = np.searchsorted(-length, -depths, side="left")
+        depth = int(np.argmin(depths + longer))
         for k in range(depth):
             live = int(longer[k])
             entry = start[:live] + k
