@@ -92,7 +92,7 @@ def test_auto_slots_refuses_a_factor_below_one(max_factor):
     # 98 of 1 and two of 40: the 99th percentile is 40, so the fraction decides (nnz 178,
     # budget 1.78): 40.
     pytest.param([0, 98] + [0] * 38 + [2], 256, 40, id="two-outliers"),
-    # 990 of 2 and 10 of 50: cap 4 x 2 = 8 (the fraction alone would take 49).
+    # 990 of 2 and 10 of 50: cap 4 x 2 = 8 (the fraction alone would take 48).
     pytest.param([0, 0, 990] + [0] * 47 + [10], 256, 8, id="hub-capped"),
 ])
 def test_auto_slots_known_values(hist, tile_width, expected):
