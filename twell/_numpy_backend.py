@@ -175,8 +175,8 @@ def _sorted_coo_times_dense(rows, cols, vals, b, out):
     small. Temporaries are blocks of at most ``_SPMM_CHUNK`` elements.
     """
     m, n = out.shape
-    indptr = np.searchsorted(rows, np.arange(m + 1), side="left")
-    lengths = np.diff(indptr)
+    lengths = _algorithms.count_sorted(rows, m)
+    indptr = _algorithms.exclusive_cumsum(lengths)
     order = np.argsort(-lengths, kind="stable")  # longest first
     block = max(1, _SPMM_CHUNK // n)
     product = np.empty((min(block, m), n), dtype=out.dtype)
