@@ -111,8 +111,8 @@ def to_dense(parts, shape, tile_width):
 
     Every used slot goes straight to its place, ``row * K + tile * T + index``, as the GPU's
     ``twell_unpack_dense`` writes it; the overflow entries follow. The entries are never put
-    in order (:func:`to_coo`'s layout and scatters took 3-5x longer: 4096 x 5632 float32 at
-    10%, 0.15 s against 0.05 s).
+    in order (:func:`to_coo`'s layout and scatters took 1.4-3.8x longer: 4096 x 5632 float32
+    at 1-10%, 23-126 ms against 16-33, ``benchmarks/results/2026-12-04-cpu-x/``).
     """
     m, k = shape
     out = np.zeros(shape, dtype=parts.data.dtype)
