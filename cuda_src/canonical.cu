@@ -17,9 +17,9 @@
 // (column, position) order, counted by shuffles within its chunk of 32 entries and by a
 // binary search in each other chunk, sorted first into `scratch` (L / 32 chunks x 5 steps
 // per entry; max_row bounds a warp's work, and the launcher falls back to the global sort
-// when info[0] > 0). On the paper's activations at 90% sparsity (L = 563, H200): 1.58 ms
-// when every pair was compared (L^2 / 32 steps per warp), 1.13 ms with the searches, 0.79
-// ms with full chunks ranked and searched in unrolled fixed steps (benchmarks/NOTES.md).
+// when info[0] > 0). On the paper's activations at 90% sparsity (L = 563), full chunks
+// ranked and searched in unrolled fixed steps took half the time of comparing every pair
+// (L^2 / 32 steps per warp; docs/design.rst, canonical CSR).
 // Duplicates are summed in their input order in the accumulation type (Value<T>::Acc), like
 // the host's level-by-level sum; a value with no duplicate is copied bit for bit. No atomics
 // touch the output: the result is deterministic. Grid: whole warps, a grid-stride loop over

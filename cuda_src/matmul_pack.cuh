@@ -86,9 +86,8 @@ struct TileLoader {
 }  // namespace gemm
 
 // Rows a warp of pack_staged_block packs at once: their dependency chains (shared-memory load,
-// warp scan, stores) interleave. One row at a time, the epilogue was latency-bound: 0.245 of the
-// Hopper kernel's 0.73 ms at the paper's up projection, whose GEMM alone takes 0.47 (H200,
-// benchmarks/NOTES.md).
+// warp scan, stores) interleave. One row at a time, the epilogue is latency-bound (a third of
+// the Hopper kernel's time at the paper's up projection; docs/design.rst, the fused GEMM).
 constexpr int kPackRows = 4;
 
 // stage: kRows x kCols values of the block whose first output is (m0, n0), row pitch kPitch

@@ -4,8 +4,8 @@
 // packing works on the accumulators in registers (pack_accumulators, wgmma.cuh) instead of a
 // staged tile (pack_staged_block, as ffn.cu). Both kernels add the k steps of 16 in the same
 // order in fp32 and round relu(acc) once to T; the tests hold them to the same bits.
-// The loader (twell/_kernels.py) compiles this file with NVRTC for -arch=sm_90a, and only on a
-// device of compute capability 9.0; CI compiles it with nvcc for sm_90a.
+// The loader (twell/_cuda/_compile.py) compiles this file with NVRTC for -arch=sm_90a, and
+// only on a device of compute capability 9.0; CI compiles it with nvcc for sm_90a.
 //
 // GEMM: block tile 128 x 256 x 64 (as ffn.cu), 288 threads = 9 warps:
 //   - warps 0-7 are two consumer warpgroups, each wgmma.m64n256k16 on its 64 rows (128 fp32
@@ -18,12 +18,10 @@
 //     completed by the TMA) and `empty` (one arrival per consumer warp once the wgmma that
 //     read the stage has completed). No block-wide barrier in the k loop.
 // Then each consumer thread packs its two rows' relu(acc) (pack_accumulators).
-// fp16 took the mma.sync kernel before: 1.36 ms at the paper's up projection against 0.73
-// for bf16 here (H200, benchmarks/NOTES.md).
-// Why TMA: the earlier form (cp.async by all 256 threads, 12 copies each per k tile and a
-// block-wide barrier per k tile) took 0.852 ms alone against 0.730 for this design (H200,
-// M = 16384, K = 2048, N = 5632, S = 13; benchmarks/NOTES.md). Its GEMM alone takes 0.472 ms,
-// as fast as cuBLAS's (0.490); with the packing 0.609 (0.64 with the staged packing).
+// Both 16-bit types run here (the mma.sync kernel of ffn.cu takes about twice as long).
+// Why TMA: cp.async by all 256 threads (12 copies each per k tile and a block-wide barrier per
+// k tile) is about 15% slower at the paper's up projection; this kernel's GEMM alone runs
+// as fast as cuBLAS's (docs/design.rst, the fused GEMM).
 // The tensor maps come by value as __grid_constant__ parameters (TensorMap, tma.cuh).
 #include "twell_layout.cuh"
 #include "mma.cuh"

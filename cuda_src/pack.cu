@@ -93,8 +93,8 @@ __device__ __forceinline__ unsigned nonzero_bits(const typename Raw<T, VEC>::typ
 // warp writes the PAIRS * S consecutive slots of its pairs, zeros after each count included,
 // with coalesced stores (per-non-zero 2-byte stores scattered over the slots, a select chain
 // per value and a second loop for the zeros made an earlier version bound by instruction issue).
-// The kernel is still bound by issue, not memory (ncu, benchmarks/NOTES.md, twenty-first
-// session): each cut above is in instructions a pair.
+// The kernel is bound by instruction issue, not memory (ncu; docs/design.rst, the pack):
+// each cut above is in instructions a pair.
 template <typename T, int VEC, int PAIRS, int CHUNKS>
 __device__ __forceinline__ int pack_pairs_staged(
     const T* __restrict__ dense, long long n_cols, long long tiles, int tile_width, int slots,
@@ -111,8 +111,8 @@ __device__ __forceinline__ int pack_pairs_staged(
   const int n_live = static_cast<int>(min(static_cast<long long>(PAIRS), n_pairs - first));
   // Lane q < n_live finds pair first + q's start in the matrix and its width (a partial last
   // tile is narrower), and the warp reads them by shuffle: the 64-bit row, tile and address
-  // arithmetic runs once a pair instead of once a pair in every lane (ncu, twenty-second
-  // session: ~170 of the slots pass's ~620 instructions a warp went to it). A dead pair has
+  // arithmetic runs once a pair instead of once a pair in every lane (in every lane it was
+  // ~170 of the slots pass's ~620 instructions a warp, by ncu). A dead pair has
   // width 0 and loads nothing.
   long long start = 0;
   int width = 0;
@@ -219,7 +219,6 @@ __device__ __forceinline__ int pack_pairs_staged(
 //               columns at a time (any tile width).
 //   otherwise:  one warp per PAIRS consecutive (row, tile) pairs, each of which fits in CHUNKS
 //               steps (the launcher checks T <= CHUNKS * kWarp * VEC): pack_pairs_staged.
-//               CHUNKS > 1 is not the default yet (_kernels.PACK_STAGED_CHUNKS).
 // In kModeSlots every slot is written (zeros after the count), so data/indices need no prior
 // memset, and the number of entries past the slots, sum over pairs of max(total - S, 0), is
 // added to *n_overflow (zeroed by the launcher): one integer atomicAdd per warp with overflow,

@@ -3,7 +3,6 @@
 // Accumulation in fp32 (fp64 for double), in a fixed order (tiles, then slots, then the
 // row's overflow entries): results are deterministic, no atomics.
 #include "twell_layout.cuh"
-#include "mma.cuh"
 
 using namespace twell;
 
@@ -24,21 +23,18 @@ using namespace twell;
 //   rows are not read one dependent load after another by a whole warp each; for a layout of
 //   short rows (a stencil) the team is as narrow as N allows and C takes the loads instead:
 //   four teams per warp in lock step. The launcher picks (G, C, E) from N and the layout's
-//   array shapes (_cupy_backend._rows_shape, _short_rows); C * E = kChunks.
+//   array shapes (_policy.rows_shape, short_rows); C * E = kChunks.
 //   Order: entry e of each batch of G goes to accumulator set e % E, and the sets are summed
 //   in order at the end: results are deterministic and do not depend on VEC (the shape comes
 //   from N and the layout, and a VEC = 1 instance sums like the vector one). E = 1 (as for N
 //   > 64 16-byte vectors) is the plain order: tiles, then slots, then the overflow.
 //   Long overflows are split (split_row, below).
-// History (benchmarks/NOTES.md): kChunks = 4 chunks of one entry measured 1.5x faster than one
-// 256-column chunk with 4 entries in flight, at 99% on the paper's down projection (H200); one
-// warp per block at most kRowsMaxRegisters registers per thread (__maxnreg__, CUDA >= 12.4;
-// older compilers choose freely) 1.21x faster than 256-thread blocks (0.511 against 0.620 ms);
-// the reference T2D, at 62 registers and 32 warps per SM, reached 0.421 ms in the same run.
-// Until the ninth GPU session a warp took one row, one tile's slots at a time and one entry
-// per step for every N: 5.5 ms on a power-law graph with N = 64 (float32), a row of ~8500
-// entries taking one load latency each.
-// `gate` points to true unless another kernel (tensor cores, cuBLAS) computes the product.
+// Measured (docs/design.rst, the gather SpMM): kChunks = 4 chunks of one entry beat one
+// 256-column chunk with 4 entries in flight at 99% on the paper's down projection; one warp
+// per block at most kRowsMaxRegisters registers per thread (__maxnreg__, CUDA >= 12.4; older
+// compilers choose freely) beat 256-thread blocks; several entries per step keep the long
+// rows of a power-law graph from being read one dependent load after another.
+// `gate` points to true unless cuBLAS computes the product (the launcher's dense way).
 // Grid: (ceil(M / P), ceil(N / (C * G * VEC))), blocks of kWarp threads.
 constexpr int kChunks = 4;
 constexpr int kRowsMaxRegisters = 80;
@@ -233,8 +229,8 @@ __device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
   }
   if (tiles <= G) {
     // One window (the paper's activations at tile width 256, a 10^6-column matrix at 65536):
-    // no other windows' counts to read ahead and vote on, which made the kernel run 13% more
-    // instructions on such layouts (ncu, eleventh GPU session). The same batches.
+    // no other windows' counts to read ahead and vote on, which would cost such layouts
+    // about 13% more instructions (ncu). The same batches.
     const int my_count = team.lane < tiles ? row_counts[team.lane] : 0;
     if (team.any(my_count != 0))
       window_batches<T, G>(team, my_count, [](int l) { return static_cast<long long>(l); }, data,
@@ -434,11 +430,10 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
 
 // SpMV, y = A @ x: twell_spmv_rows (a team of G lanes per row) for layouts of long rows,
 // twell_spmv_thread_rows (a thread per row) for those of short rows; the launcher picks one
-// from the layout's shape (_cupy_backend._spmv_lanes). Only the thread kernel walks the tile
-// index: a team of 32 reads 128 counts a round, and with the index the power-law graph at tile
-// width 4096 (245 tiles a row, 15 listed) took 1.9-2.3 ms against 1.6 (H200, twelfth GPU
-// session), where the thread kernel's 31 rounds of 8 counts became one (the stencil: 0.10 ms
-// against 0.48).
+// from the layout's shape (_policy.spmv_lanes). Only the thread kernel walks the tile index:
+// a team of 32 reads 128 counts a round, and with the index it was slower on the power-law
+// graph at tile width 4096 (245 tiles a row, 15 listed), while the thread kernel's 31 rounds
+// of 8 counts become one (docs/design.rst, the SpMV).
 constexpr int kSpmvLoads = 4;  // entries, and then their x values, a lane reads at once
 
 // The lane's share of sum_j values[j] * x[column(j)] over j0 <= j < j1: entries
@@ -470,9 +465,7 @@ __device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, l
 // A team of G lanes per row (32 / G rows per warp): the row's slot entries as
 // twell_spmm_rows takes them (for_each_slot_batch), each lane multiplying the entry it
 // holds by x at its column, then its overflow entries (dot_run); the lanes' sums are added
-// by a fixed butterfly (deterministic). Until the tenth GPU session a warp took each row and
-// read every slot of every tile, empty or not, one 64-bit division per slot: 0.50 ms on the
-// 10^6-row Poisson stencil, against 0.03 for cuSPARSE.
+// by a fixed butterfly (deterministic).
 // Grid: ceil(M / (blockDim.x / G)).
 template <typename T, int G>
 __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restrict__ data,
@@ -515,8 +508,8 @@ constexpr int kSpmvOwnOverflow = 16;
 // A thread per row, for layouts whose rows have room for few entries (a stencil, the paper's
 // activations at 99%): the chain per row is counts -> entries -> x, as CSR's is indptr ->
 // entries -> x, with no shuffles, where a team's was count -> vote -> scan and search by
-// shuffles -> entry -> x -> butterfly (the stencil at tile width 65536: 0.081 ms against
-// 0.155, eleventh GPU session). The counts of kSpmvCountsAhead tiles are read at once, then
+// shuffles -> entry -> x -> butterfly (about twice as fast on the stencil at tile width
+// 65536; docs/design.rst). The counts of kSpmvCountsAhead tiles are read at once, then
 // each non-empty tile's entries kSpmvLoads at a time (dot_run with a team of one), summed in
 // the plain order: tiles, then slots, then the overflow. An overflow longer than
 // kSpmvOwnOverflow entries is summed by the whole warp, one such row after another
@@ -583,309 +576,4 @@ twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ dat
     if (lane == owner) acc += part;
   }
   if (live) y[row] = Value<T>::from_acc(acc);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tensor-core SpMM for 16-bit values (sm_80+): "entry lists" fed to mma.sync.
-//
-// A group is 16 consecutive rows of A; a row block is GB groups (one block of twell_spmm_mma).
-// For each (row block, tile), twell_block_records writes one segment: a header
-//     header[0] = entries in the segment, header[1 + g] = first entry of group g (g <= GB)
-// and the records of the block's slot entries, group by group and row by row:
-//     record = value bits << 16 | (row within the group) << 12 | column within the tile.
-// Segments have a fixed capacity (16 * GB * (slots + 1) records: room for padding), so their
-// places need no prefix sum.
-// twell_spmm_mma multiplies, per k-step of 16 records of a group, the 16 x 16 matrix
-//     A_k[r][j] = value of record j if record j belongs to row r, else 0
-// by the 16 B rows the records name, gathered with ldmatrix.trans from the B tile in shared
-// memory: a group-tile with L entries costs ceil(L / 16) k-steps instead of T / 16.
-//
-// Non-finite B would turn the zeros of A_k into NaN (0 * Inf) in rows that never touch that
-// B row, so the launcher gates this kernel on B being finite (`gate`) and runs
-// twell_spmm_rows otherwise.
-// ---------------------------------------------------------------------------------------------
-
-constexpr int kGroupRows = 16;
-
-// Header words per segment: the count, GB + 1 group starts, padded to 16 bytes.
-__host__ __device__ constexpr int header_words(int groups) { return (groups + 2 + 3) / 4 * 4; }
-
-// Records a segment can hold: every group's entries padded to a multiple of 16.
-__host__ __device__ constexpr long long segment_capacity(int groups, int slots) {
-  return static_cast<long long>(groups) * kGroupRows * (slots + 1);
-}
-
-// One block of 16 * GB threads per (row block, tile). Thread r scans row r's count; the warps
-// copy the rows' slots into shared memory (lanes over slots: coalesced reads); then one warp
-// per group writes the group's records in a bank-friendly order:
-//   ldmatrix reads the B rows of 8 consecutive records at once, and rows with equal
-//   (column & 7) share banks. Records are sorted by (column & 7) (stable) and sorted record i
-//   goes to position (i % n8) * 8 + i / n8, n8 = padded length / 8, so that each group of 8
-//   positions receives records of distinct residues whenever no residue holds more than n8.
-// Padding records (value 0) fill each group to a multiple of 16.
-// Dynamic shared memory: 16 * GB * slots records. Grid: n_row_blocks * n_tiles.
-template <typename T, int GB>
-__global__ void __launch_bounds__(GB * kGroupRows)
-twell_block_records(const int* __restrict__ counts, const T* __restrict__ data,
-                    const unsigned short* __restrict__ indices, long long n_rows, long long tiles,
-                    int tile_width, int slots, int* __restrict__ headers,
-                    unsigned* __restrict__ records) {
-  static_assert(sizeof(T) == 2, "records hold 16-bit values");
-  static_assert(GB % 2 == 0 && GB <= kWarp, "two groups per warp, one warp scans the groups");
-  constexpr int kThreads = GB * kGroupRows, kWarps = kThreads / kWarp;
-  extern __shared__ unsigned staged[];           // the segment's records in row order
-  __shared__ int row_start[kThreads];            // each row's first record in `staged`
-  __shared__ int group_start[GB + 1], group_len[GB];  // unpadded starts and lengths; padded starts
-  __shared__ int padded_start[GB + 1];
-  const long long segment = blockIdx.x;
-  const long long block = segment / tiles, tile = segment - block * tiles;
-  const int r = threadIdx.x, lane = r % kWarp, warp = r / kWarp;
-  const long long row = block * kThreads + r;
-  const int used = row < n_rows ? counts[row * tiles + tile] : 0;
-
-  // Prefix sums: within each group (half-warp), then over the groups (one warp).
-  int within = used;
-#pragma unroll
-  for (int offset = 1; offset < kGroupRows; offset <<= 1) {
-    const int y = __shfl_up_sync(kFullMask, within, offset, kGroupRows);
-    if (r % kGroupRows >= offset) within += y;
-  }
-  if (r % kGroupRows == kGroupRows - 1) group_len[r / kGroupRows] = within;
-  __syncthreads();
-  if (warp == 0) {
-    const int len = lane < GB ? group_len[lane] : 0;
-    const int pad = (len + 15) & ~15;
-    const int inc = warp_inclusive_scan(len, lane), inc_pad = warp_inclusive_scan(pad, lane);
-    if (lane < GB) {
-      group_start[lane] = inc - len;
-      padded_start[lane] = inc_pad - pad;
-    }
-    if (lane == GB - 1) {
-      group_start[GB] = inc;
-      padded_start[GB] = inc_pad;
-    }
-  }
-  __syncthreads();
-  row_start[r] = group_start[r / kGroupRows] + within - used;
-  int* header = headers + segment * header_words(GB);
-  if (r <= GB) header[1 + r] = padded_start[r];
-  if (r == 0) header[0] = padded_start[GB];
-  // The consumer copies the header in whole 16-byte chunks: its padding words are written too
-  // (never used, but an unwritten word would be a read of uninitialised memory).
-  if (r >= GB + 2 && r < header_words(GB)) header[r] = 0;
-  __syncthreads();
-
-  const unsigned short* bits = reinterpret_cast<const unsigned short*>(data);
-  for (int rr = warp; rr < kThreads; rr += kWarps) {
-    const long long src = ((block * kThreads + rr) * tiles + tile) * slots;
-    const int n_used = (rr + 1 < kThreads ? row_start[rr + 1]
-                                          : group_start[GB]) - row_start[rr];
-    const unsigned owner = static_cast<unsigned>(rr % kGroupRows) << 12;
-    for (int s = lane; s < n_used; s += kWarp) {
-      staged[row_start[rr] + s] =
-          (static_cast<unsigned>(bits[src + s]) << 16) | owner | indices[src + s];
-    }
-  }
-  __syncthreads();
-
-  unsigned* seg = records + segment * segment_capacity(GB, slots);
-  const unsigned lower = (1u << lane) - 1u;
-  for (int g = warp; g < GB; g += kWarps) {
-    const int len = group_len[g], n8 = (padded_start[g + 1] - padded_start[g]) / 8;
-    const unsigned* in = staged + group_start[g];
-    unsigned* out = seg + padded_start[g];
-    int count = 0;  // lane q < 8: records of residue q
-    for (int c0 = 0; c0 < len; c0 += kWarp) {
-      const int q = c0 + lane < len ? static_cast<int>(in[c0 + lane] & 7u) : 8;
-#pragma unroll
-      for (int qq = 0; qq < 8; ++qq) {
-        const int n = __popc(__ballot_sync(kFullMask, q == qq));
-        if (lane == qq) count += n;
-      }
-    }
-    int next = warp_inclusive_scan(count, lane) - count;  // lane q: next sorted index
-    for (int c0 = 0; c0 < len; c0 += kWarp) {
-      const bool live = c0 + lane < len;
-      const unsigned rec = live ? in[c0 + lane] : 0u;
-      const int q = live ? static_cast<int>(rec & 7u) : 8;
-      int sorted = 0;
-#pragma unroll
-      for (int qq = 0; qq < 8; ++qq) {
-        const unsigned m = __ballot_sync(kFullMask, q == qq);
-        const int base = __shfl_sync(kFullMask, next, qq);
-        if (q == qq) sorted = base + __popc(m & lower);
-        if (lane == qq) next += __popc(m);
-      }
-      if (live) out[(sorted % n8) * 8 + sorted / n8] = rec;
-    }
-    for (int i = len + lane; i < 8 * n8; i += kWarp) {
-      out[(i % n8) * 8 + i / n8] = static_cast<unsigned>((i / n8) % tile_width);
-    }
-  }
-}
-
-// This lane's two 16-bit entries of A_k in row `row`, from the records of columns lo, hi.
-__device__ inline unsigned a_pair(unsigned lo, unsigned hi, unsigned row) {
-  const unsigned l = ((lo >> 12) & 15u) == row ? lo >> 16 : 0u;
-  const unsigned h = ((hi >> 12) & 15u) == row ? hi & 0xffff0000u : 0u;
-  return h | l;
-}
-
-// Block: WARPS warps, each owning GROUPS consecutive groups (16 * GROUPS rows), all sharing the
-// block's 64 output columns n0 .. n0 + 63. Per tile the block streams, with cp.async into one
-// of STAGES buffers (STAGES - 1 tiles in flight): B[tile rows, n0 : n0 + 64] (zero-filled past K
-// and N; each 128-byte row's 16-byte chunks XOR-swizzled by (row & 7) so that ldmatrix reads
-// of rows spread over the banks), and the (row block, tile) segment of records.
-// The rows' overflow entries are added in the epilogue from global B (CUDA cores).
-// Preconditions (launcher): N % 8 == 0, B 16-byte aligned, tile_width <= 256.
-// Grid: (ceil(N / 64), n_row_blocks), n_row_blocks <= 65535 (grid y; the launcher runs
-// twell_spmm_rows for taller matrices). Dynamic shared memory: STAGES * stage size.
-constexpr int kBlockCols = 64;
-
-template <typename T, int WARPS, int GROUPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * kWarp)
-twell_spmm_mma(const int* __restrict__ headers, const unsigned* __restrict__ records,
-               const long long* __restrict__ overflow_indptr,
-               const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
-               long long n_rows, long long n_cols, int tile_width, int slots,
-               const T* __restrict__ b, long long n, const bool* __restrict__ gate,
-               T* __restrict__ out) {
-  static_assert(sizeof(T) == 2, "16-bit values");
-  constexpr int GB = WARPS * GROUPS, kHeader = header_words(GB);
-  // Shared memory, per stage: the B tile (tile_width x 64 values), the segment header, the
-  // segment's records (capacity 16 * GB * slots).
-  extern __shared__ uint4 smem[];
-  if (!*gate) return;  // B is not finite: twell_spmm_rows computes this product
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const long long n0 = static_cast<long long>(blockIdx.x) * kBlockCols;
-  const long long block = blockIdx.y;
-  const int b_chunks = tile_width * (kBlockCols / 8);
-  const long long capacity = segment_capacity(GB, slots);  // a multiple of 16 records
-  const int stage_chunks = b_chunks + kHeader / 4 + static_cast<int>(capacity / 4);
-
-  // Entries in a segment, read one pipeline step ahead so that the global load's latency is
-  // hidden behind a tile of work instead of stalling the issue of the next copies.
-  auto segment_len = [&](long long tile) {
-    return tile < tiles ? headers[(block * tiles + tile) * kHeader] : 0;
-  };
-  auto load_tile = [&](long long tile, int len) {
-    uint4* stage = smem + (tile % STAGES) * stage_chunks;
-    for (int i = threadIdx.x; i < b_chunks; i += WARPS * kWarp) {
-      const int r = i / 8, c = i % 8;
-      const long long k = tile * tile_width + r, col = n0 + c * 8;
-      const bool inside = k < n_cols && col < n;
-      cp_async16(stage + r * 8 + (c ^ (r & 7)), inside ? b + k * n + col : b, inside);
-    }
-    const long long segment = block * tiles + tile;
-    const int* header = headers + segment * kHeader;
-    const int rec_chunks = (len + 3) / 4;
-    const uint4* src = reinterpret_cast<const uint4*>(records + segment * capacity);
-    for (int i = threadIdx.x; i < kHeader / 4 + rec_chunks; i += WARPS * kWarp) {
-      const void* from = i < kHeader / 4 ? reinterpret_cast<const void*>(
-                                               reinterpret_cast<const uint4*>(header) + i)
-                                         : reinterpret_cast<const void*>(src + i - kHeader / 4);
-      cp_async16(stage + b_chunks + i, from, true);
-    }
-  };
-
-  float acc[GROUPS][kBlockCols / 8][4];
-#pragma unroll
-  for (int g = 0; g < GROUPS; ++g)
-#pragma unroll
-    for (int j = 0; j < kBlockCols / 8; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[g][j][i] = 0.0f;
-
-  // Lane roles in the MMA fragments: A rows quad and quad + 8, A columns 2 * pos (+1, +8, +9);
-  // ldmatrix: this lane gives the address of record k_ld's B row for matrix lane / 8.
-  const unsigned quad = lane / 4, pos = lane % 4;
-  const int k_ld = ((lane >> 3) & 1) * 8 + (lane & 7);
-  const int chunk_hi = lane >> 4;
-
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < tiles) load_tile(s, segment_len(s));
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-  int next_len = segment_len(STAGES - 1);
-  for (long long tile = 0; tile < tiles; ++tile) {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
-    __syncthreads();  // this tile's buffer is complete; the oldest buffer is free again
-    if (tile + STAGES - 1 < tiles) load_tile(tile + STAGES - 1, next_len);
-    next_len = segment_len(tile + STAGES);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    const uint4* stage = smem + (tile % STAGES) * stage_chunks;
-    const int* header = reinterpret_cast<const int*>(stage + b_chunks);
-    const unsigned* recs = reinterpret_cast<const unsigned*>(header + kHeader);
-    // The warp's groups advance together, k-step by k-step, so that their independent
-    // load -> ldmatrix -> mma chains overlap.
-    int first[GROUPS], len[GROUPS], longest = 0;
-#pragma unroll
-    for (int g = 0; g < GROUPS; ++g) {
-      first[g] = header[1 + warp * GROUPS + g];
-      len[g] = header[2 + warp * GROUPS + g] - first[g];
-      longest = max(longest, len[g]);
-    }
-    for (int k0 = 0; k0 < longest; k0 += 16) {
-      unsigned a[GROUPS][4], row[GROUPS];
-#pragma unroll
-      for (int g = 0; g < GROUPS; ++g) {
-        auto rec = [&](int k) { return k0 + k < len[g] ? recs[first[g] + k0 + k] : 0u; };
-        const unsigned r0 = rec(2 * pos), r1 = rec(2 * pos + 1);
-        const unsigned r2 = rec(2 * pos + 8), r3 = rec(2 * pos + 9);
-        a[g][0] = a_pair(r0, r1, quad);
-        a[g][1] = a_pair(r0, r1, quad + 8);
-        a[g][2] = a_pair(r2, r3, quad);
-        a[g][3] = a_pair(r2, r3, quad + 8);
-        row[g] = rec(k_ld) & 0xfffu;
-      }
-#pragma unroll
-      for (int nb = 0; nb < kBlockCols / 16; ++nb) {
-#pragma unroll
-        for (int g = 0; g < GROUPS; ++g) {
-          const unsigned addr =
-              smem_address(stage + row[g] * 8 + ((2 * nb + chunk_hi) ^ (row[g] & 7)));
-          unsigned b0, b1, b2, b3;
-          asm("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-              : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3) : "r"(addr) : "memory");
-          Mma<T>::run(acc[g][2 * nb], a[g], b0, b1);
-          Mma<T>::run(acc[g][2 * nb + 1], a[g], b2, b3);
-        }
-      }
-    }
-  }
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-
-  // Epilogue: overflow entries of this lane's rows, then the stores (two columns per lane and
-  // n8 block; N % 8 == 0 keeps every pair inside the matrix).
-#pragma unroll
-  for (int g = 0; g < GROUPS; ++g) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const long long row = (block * GB + warp * GROUPS + g) * kGroupRows + quad + 8 * half;
-      if (row >= n_rows) continue;
-      for (long long e = overflow_indptr[row]; e < overflow_indptr[row + 1]; ++e) {
-        const float v = Value<T>::to_acc(overflow_data[e]);
-        const T* brow = b + static_cast<long long>(overflow_indices[e]) * n;
-#pragma unroll
-        for (int j = 0; j < kBlockCols / 8; ++j) {
-          const long long col = n0 + j * 8 + 2 * pos;
-          if (col < n) {
-            const float2 w = Mma<T>::unpack2(*reinterpret_cast<const unsigned*>(brow + col));
-            acc[g][j][2 * half] += v * w.x;
-            acc[g][j][2 * half + 1] += v * w.y;
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kBlockCols / 8; ++j) {
-        const long long col = n0 + j * 8 + 2 * pos;
-        if (col < n) {
-          *reinterpret_cast<unsigned*>(out + row * n + col) =
-              Mma<T>::pack2(acc[g][j][2 * half], acc[g][j][2 * half + 1]);
-        }
-      }
-    }
-  }
 }

@@ -10,7 +10,7 @@
 namespace twell {
 
 // A CUtensorMap (cuda.h): 128 opaque bytes, 64-byte aligned, encoded on the host by
-// cuTensorMapEncodeTiled (twell/_kernels.py) and passed by value as a __grid_constant__
+// cuTensorMapEncodeTiled (twell/_cuda/_tma.py) and passed by value as a __grid_constant__
 // kernel parameter, so that the TMA unit reads it from parameter space: no copy to global
 // memory and no proxy fence (NVRTC has no cuda.h, hence this stand-in of the same size).
 struct alignas(64) TensorMap {

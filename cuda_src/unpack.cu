@@ -9,8 +9,8 @@ using namespace twell;
 // overflow follows in twell_scatter_csr. Each lane reads its first slot together with the
 // count (slots past the count hold zeros: reading them is harmless), so that a pair costs one
 // round trip to memory, not two. Reading the count first was latency-bound; this way writes
-// the paper's down projection at 2.2 TB/s on an H200, what a copy writes, and more pairs a
-// warp do not help (benchmarks/NOTES.md, twentieth session). VEC > 1 needs K, T and the base
+// the paper's down projection as fast as a copy writes, and more pairs a warp do not help
+// (docs/design.rst, the unpack). VEC > 1 needs K, T and the base
 // pointer 16-byte aligned (the launcher checks).
 // Grid: ceil(M * n_tiles / warps per block) blocks of whole warps.
 template <typename T, int VEC>

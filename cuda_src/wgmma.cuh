@@ -258,9 +258,9 @@ __device__ __forceinline__ void pack_quad_row(
 // registers while the first row packs, then take the first row's place. A thread reads only
 // the words it wrote, so neither form needs a barrier.
 // Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
-// projection (H200) that epilogue cost 0.17 ms of the kernel's 0.64; this one 0.136 (the
-// kernel 0.609 ms), of which rounding and masks 0.065, counts, totals and zero fill 0.041,
-// the entries 0.030 (benchmarks/NOTES.md, sixteenth session).
+// projection that epilogue costs about a quarter more than this one, whose time goes
+// mostly to rounding and masks, then counts, totals and zero fill, then the entries
+// (docs/design.rst, the fused GEMM).
 template <typename T, bool kHalfWords = false>
 __device__ __forceinline__ void pack_accumulators(
     const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,

@@ -1,7 +1,7 @@
 """Compile every CUDA source with nvcc for the given architectures (CI).
 
 The instantiations come from the same table the run-time loader uses
-(``twell._kernels.INSTANCES``); taking each kernel's address in a generated
+(``twell._cuda._compile.INSTANCES``); taking each kernel's address in a generated
 translation unit makes nvcc compile it. Prints ptxas' register, shared
 memory and spill report; exits non-zero on any compile error, and on spills
 (beyond the few bytes ``ACCEPTED_SPILL_STORES`` grants a kernel measured faster with them)
@@ -23,7 +23,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from twell import _kernels  # noqa: E402
+from twell._cuda import _compile as _kernels  # noqa: E402
 
 
 def main():

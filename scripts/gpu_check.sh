@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One GPU session's full check: the whole test-suite on the GPU (every test but the NumPy-backend
-# runs, which CI has), then the benchmark suite alone on the card. Logs go to $OUT (or
+# The whole test-suite on a GPU machine (every test but the NumPy-backend runs, which CI has),
+# then the benchmark suite alone on the card. Logs go to $OUT (or
 # ./gpu-logs); the summary comes last.
 # Usage on the GPU machine, from the repo root:
 #   [JOBS=4] bash scripts/gpu_check.sh [extra arguments for benchmarks/bench.py]

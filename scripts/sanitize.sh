@@ -17,27 +17,22 @@
 # KERNELS=twell_ instruments only the kernels whose names contain that text (compute-sanitizer
 # --kernel-name kns=...) under memcheck and racecheck: twell's own kernels, with CuPy's
 # (cumsum, sort, nonzero, ...) at full speed and unchecked. Without it every kernel is
-# checked; CuPy's nonzero scan then draws racecheck warnings of its own (2026-12-03, H200).
-# initcheck ignores KERNELS: it then stops tracking what the skipped kernels write, and
-# reports their outputs as uninitialised when twell's kernels or a copy read them (35 k false
-# reports in one test, 2026-12-03, H200; with the filter, a whole-suite run got through 43
-# tests in 470 s, while without it one of the heaviest tests ran as fast as with no sanitizer).
-# cuBLAS's Hopper GEMM kernels (nvjet_sm90_*, TMA) and the tools (H200, 2026-12-03;
-# benchmarks/NOTES.md): racecheck with KERNELS dies with an illegal address inside such a
-# GEMM (cupy.matmul alone does it), and without KERNELS reports thousands of hazards inside
-# it; initcheck does not see its stores, so every kernel that reads a large bf16 product of
-# cupy.matmul is reported as reading uninitialised memory (the auto-slots sample of
-# matmul_to_twell does). Those reports are about cuBLAS, not twell. Each process gets
-# TWELL_SANITIZER=<tool> (tests/conftest.py): under initcheck cupy.matmul writes into a zeroed
-# output (a memset the tool sees); under racecheck the one test whose auto-slots sample is
-# such a GEMM (M = 1000, K = 4096, N = 11008) gives its slots instead, which keeps twell's
-# kernels on that shape in view (they had 0 hazards so, 2026-12-03), and cupy.matmul of
-# 16-bit operands runs in float32 (the dense SpMM path and the tests call it on small
-# shapes too). With these, all three tools ran the whole suite clean (H200, 2026-12-03).
+# checked; CuPy's nonzero scan then draws racecheck warnings of its own.
+# initcheck ignores KERNELS: it would stop tracking what the skipped kernels write, and report
+# their outputs as uninitialised when twell's kernels or a copy read them.
+# cuBLAS's Hopper GEMM kernels (nvjet_sm90_*, TMA) and the tools: racecheck with KERNELS dies
+# with an illegal address inside such a GEMM (cupy.matmul alone does it), and without KERNELS
+# reports hazards inside it; initcheck does not see its stores, so every kernel that reads a
+# large bf16 product of cupy.matmul is reported as reading uninitialised memory (the
+# auto-slots sample of matmul_to_twell does). Those reports are about cuBLAS, not twell. Each
+# process gets TWELL_SANITIZER=<tool> (tests/conftest.py): under initcheck cupy.matmul writes
+# into a zeroed output (a memset the tool sees); under racecheck the one test whose auto-slots
+# sample is such a GEMM (M = 1000, K = 4096, N = 11008) gives its slots instead, which keeps
+# twell's kernels on that shape in view, and cupy.matmul of 16-bit operands runs in float32
+# (the dense SpMM path and the tests call it on small shapes too).
 # Only the pytest process is instrumented (--target-processes application-only): test_cli's
 # `runs` fixture starts ~30 `python -m twell` children at once (host-only file conversions;
-# the GPU paths of the CLI run in-process), and the tool attached to all of them segfaulted
-# there twice (initcheck and racecheck, shard 0 of 6, H200, 2026-12-03).
+# the GPU paths of the CLI run in-process), and the tool attached to all of them can crash.
 # PRINT_LIMIT (default 100) caps the reports each process prints (a flood of reports, each
 # with a host backtrace, once stalled a run for minutes).
 # POOL=1 keeps CuPy's memory pool (faster; an access that lands in another pooled block, or a

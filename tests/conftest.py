@@ -16,11 +16,13 @@
   process runs under. Under ``initcheck``, ``cupy.matmul`` of two 2-D arrays writes into an
   output zeroed first. initcheck does not see the stores of
   cuBLAS's Hopper GEMM kernels, so without this every kernel that reads a product of
-  ``cupy.matmul`` is reported as reading uninitialised memory (H200, 2026-12-03,
-  ``benchmarks/NOTES.md``); with it the tool still checks every read of twell's kernels.
-  Under ``racecheck``, ``cupy.matmul`` of 16-bit operands runs in float32: cuBLAS's 16-bit
-  Hopper GEMMs make racecheck with ``--kernel-name`` fail ("failed to handle a hardware
-  exception"), which breaks the CUDA context for every later test (H200, 2026-12-03).
+  ``cupy.matmul`` is reported as reading uninitialised memory; with it the tool still checks
+  every read of twell's kernels. Under ``racecheck``, ``cupy.matmul`` of 16-bit operands
+  runs in float32: cuBLAS's 16-bit Hopper GEMMs make racecheck with ``--kernel-name`` fail
+  ("failed to handle a hardware exception"), which breaks the CUDA context for every later
+  test.
+* The summary: tests skipped for want of a GPU are counted on one line; every other skip is
+  listed with its reason (pytest's ``-rs``).
 * ``TWELL_TEST_LOG=path``: append each test's outcome and duration to that file as it ends, so
   that a run cut short by a time limit still tells which tests took the time.
 """
@@ -70,7 +72,7 @@ if SANITIZER in ("initcheck", "racecheck") and twell.cuda_available():
             if dtype.itemsize == 2:
                 # cuBLAS's 16-bit Hopper GEMMs crash racecheck run with --kernel-name; float32
                 # operands (exact casts) take other kernels, and the product rounds once.
-                from twell._cupy_backend import cast  # CuPy's casts flush subnormals
+                from twell._cuda._cast import cast  # CuPy's casts flush subnormals
 
                 wide = _cublas_matmul(cast(a, np.float32), cast(b, np.float32))
                 return cast(wide, dtype)
@@ -129,6 +131,27 @@ def pytest_runtest_logreport(report):
         with open(path, "a") as log:
             log.write(f"{report.duration:9.2f} s  {report.when:8s} {report.outcome:8s} "
                       f"{report.nodeid}\n")
+
+
+def _gpu_skip(report):
+    """Whether ``report`` is a test skipped for want of a GPU."""
+    return (report.skipped and isinstance(report.longrepr, tuple)
+            and report.longrepr[2].removeprefix("Skipped: ") == GPU_SKIP_REASON)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    # pytest's "-rs" lists every skip location, a line each: on a machine without a GPU that
+    # is one line per GPU test. Those are held back from the listing and counted on one line;
+    # the session's totals still count them.
+    skipped = terminalreporter.stats.get("skipped", [])
+    gpu = [r for r in skipped if _gpu_skip(r)]
+    if gpu:
+        terminalreporter.stats["skipped"] = [r for r in skipped if not _gpu_skip(r)]
+    yield
+    if gpu:
+        terminalreporter.stats["skipped"] = skipped
+        terminalreporter.write_line(f"{len(gpu)} tests skipped: {GPU_SKIP_REASON}")
 
 
 def pytest_report_header(config):

@@ -259,12 +259,12 @@ def misaligned(xp, b):
 
 def force_short_rows(monkeypatch, short):
     """Make the GPU launcher take every layout for one of short rows (``short``) or for none
-    (``_cupy_backend._short_rows``), whatever its shape: tests cover both kinds of gather
-    SpMM shape (team widths and column chunks) on the same matrices. The SpMV chooses its
-    kernel by its own rule (``_cupy_backend._spmv_lanes``)."""
-    from twell import _cupy_backend
+    (``_policy.short_rows``), whatever its shape: tests cover both kinds of gather SpMM
+    shape (team widths and column chunks) on the same matrices. The SpMV chooses its kernel
+    by its own rule (``_policy.spmv_lanes``)."""
+    from twell._cuda import _policy
 
-    monkeypatch.setattr(_cupy_backend, "SHORT_ROW_ENTRIES", 2**62 if short else -1)
+    monkeypatch.setattr(_policy, "SHORT_ROW_ENTRIES", 2**62 if short else -1)
 
 
 def rel_err(got, want):
@@ -278,3 +278,18 @@ def rel_err(got, want):
     if den == 0:
         return np.inf
     return num / den
+
+
+def gpu_spmm(*args, way=None, **kwargs):
+    """The CuPy backend's ``spmm(*args, **kwargs)``, its way forced (``"rows"``: the gather
+    kernels, ``"dense"``: cuBLAS on ``A.toarray()``) or chosen by the policy (None)."""
+    from twell._cuda import _policy, _spmm
+
+    if way is None:
+        return _spmm.spmm(*args, **kwargs)
+    chosen = _policy.spmm_way
+    _policy.spmm_way = lambda *_: way
+    try:
+        return _spmm.spmm(*args, **kwargs)
+    finally:
+        _policy.spmm_way = chosen

@@ -1,6 +1,9 @@
-"""twell._backend and twell._kernels: backend choice by array type, import without CuPy,
+"""The backends: the choice by array type, the contract both implement, import without CuPy,
 and the CUDA sources the loader compiles."""
 
+import ast
+import inspect
+import pathlib
 import re
 
 import numpy as np
@@ -8,7 +11,8 @@ import pytest
 from helpers import BF16, F16, GPU_SKIP_REASON, gpu_test, run_python
 
 import twell
-from twell import _backend, _kernels
+from twell import _arrays, _contract, _numpy_backend
+from twell._cuda import _compile, _tma
 
 
 def test_cuda_available_is_a_bool():
@@ -29,15 +33,82 @@ def test_import_without_cupy():
 
 
 def test_numpy_arrays_choose_numpy():
-    assert _backend.array_module(np.ones(2), None, np.zeros(1)) is np
+    assert _arrays.array_module(np.ones(2), None, np.zeros(1)) is np
     x = np.ones(3)
-    assert _backend.to_numpy(x) is x
+    assert _arrays.to_numpy(x) is x
 
 
 def test_mixing_host_and_device_arrays_is_a_type_error(gpu):
     with pytest.raises(TypeError, match="cannot mix NumPy"):
-        _backend.array_module(np.ones(2), gpu.asarray(np.ones(2)))
-    assert _backend.array_module(gpu.asarray(np.ones(2))) is gpu.xp
+        _arrays.array_module(np.ones(2), gpu.asarray(np.ones(2)))
+    assert _arrays.array_module(gpu.asarray(np.ones(2))) is gpu.xp
+
+
+# -- the backend contract ----------------------------------------------------------------
+
+CUDA_PACKAGE = pathlib.Path(_compile.__file__).parent
+
+
+def _signature_text(fn):
+    return str(inspect.signature(fn))
+
+
+def _cuda_signatures():
+    """Each name the CuPy backend module exports, with its signature as the source states it:
+    read from the sources, so that the check runs without CuPy too."""
+    exported = {}
+    for node in ast.parse((CUDA_PACKAGE / "_backend.py").read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            for alias in node.names:
+                exported[alias.name] = node.module
+    found = {}
+    for name, module in exported.items():
+        tree = ast.parse((CUDA_PACKAGE / f"{module}.py").read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                code = f"def f{ast.unparse(node.args).join('()')}: pass"
+                namespace = {}
+                exec(compile(code, "<signature>", "exec"), namespace)  # noqa: S102 - our source
+                found[name] = _signature_text(namespace["f"])
+    return found
+
+
+def _contract_signature(name):
+    fn = getattr(_contract.Backend, name)
+    params = list(inspect.signature(fn).parameters.values())[1:]  # without self
+    return str(inspect.Signature(params))
+
+
+def test_the_contract_lists_the_functions_both_backends_use():
+    assert set(_contract.FUNCTIONS) >= {"spmm", "pack_dense", "pack_csr", "to_dense", "to_csr",
+                                        "canonical_csr", "cast", "gated_up", "matmul_pack"}
+
+
+@pytest.mark.parametrize("name", _contract.FUNCTIONS)
+def test_the_numpy_backend_implements_the_contract(name):
+    assert callable(getattr(_numpy_backend, name, None)), name
+    assert _signature_text(getattr(_numpy_backend, name)) == _contract_signature(name)
+
+
+@pytest.mark.parametrize("name", _contract.FUNCTIONS)
+def test_the_cupy_backend_implements_the_contract(name):
+    signatures = _cuda_signatures()
+    assert name in signatures, f"twell/_cuda/_backend.py does not export {name}"
+    assert signatures[name] == _contract_signature(name)
+
+
+def test_the_cupy_backend_exports_nothing_beyond_the_contract():
+    assert set(_cuda_signatures()) == set(_contract.FUNCTIONS)
+
+
+@gpu_test
+def test_the_cupy_backend_module_is_what_the_sources_say():
+    from twell import _backend
+    from twell._cuda import _backend as cuda_backend
+
+    assert _backend.backend(__import__("cupy")) is cuda_backend
+    for name in _contract.FUNCTIONS:
+        assert _signature_text(getattr(cuda_backend, name)) == _contract_signature(name)
 
 
 def test_gpu_skip_reason_is_the_documented_one():
@@ -47,30 +118,30 @@ def test_gpu_skip_reason_is_the_documented_one():
 # -- CUDA sources ------------------------------------------------------------------------
 
 def test_every_kernel_source_is_found():
-    folder = _kernels.source_dir()
-    assert (folder / _kernels.HEADER).is_file()
-    for name in _kernels.INSTANCES:
+    folder = _compile.source_dir()
+    assert (folder / _compile.HEADER).is_file()
+    for name in _compile.INSTANCES:
         assert (folder / name).is_file(), name
 
 
-@pytest.mark.parametrize("name", sorted(_kernels.INSTANCES))
+@pytest.mark.parametrize("name", sorted(_compile.INSTANCES))
 def test_kernel_sources_inline_the_header(name):
-    text = _kernels.source_text(name)
-    assert f'#include "{_kernels.HEADER}"' not in text
-    assert f'#line 1 "{_kernels.HEADER}"' in text
+    text = _compile.source_text(name)
+    assert f'#include "{_compile.HEADER}"' not in text
+    assert f'#line 1 "{_compile.HEADER}"' in text
     assert re.search(rf'#line \d+ "{re.escape(name)}"', text)
     assert "namespace twell" in text
     # Every cuda_src header the file includes, directly or through another header, is pasted
     # in exactly once (CuPy's cache keys on the text; #pragma once would not reach NVRTC).
-    for header in _kernels.source_dir().glob("*.cuh"):
+    for header in _compile.source_dir().glob("*.cuh"):
         assert f'#include "{header.name}"' not in text, header.name
         assert text.count(f'#line 1 "{header.name}"') <= 1, header.name
 
 
-@pytest.mark.parametrize("name", sorted(_kernels.INSTANCES))
+@pytest.mark.parametrize("name", sorted(_compile.INSTANCES))
 def test_every_instantiated_kernel_exists_and_is_named_twell(name):
-    text = _kernels.source_text(name)
-    for expression in _kernels.INSTANCES[name]:
+    text = _compile.source_text(name)
+    for expression in _compile.INSTANCES[name]:
         kernel = expression.split("<")[0]
         assert kernel.startswith("twell_"), expression
         # Defined as such, or by a kernel-defining macro of the file (one per dtype where
@@ -82,14 +153,14 @@ def test_every_instantiated_kernel_exists_and_is_named_twell(name):
 
 
 @gpu_test
-@pytest.mark.parametrize("name", sorted(_kernels.INSTANCES))
+@pytest.mark.parametrize("name", sorted(_compile.INSTANCES))
 def test_every_kernel_compiles(name):
-    if name in _kernels.ARCH_SOURCES and not _kernels.arch_supported(name):
+    if name in _compile.ARCH_SOURCES and not _compile.arch_supported(name):
         with pytest.raises(RuntimeError, match="compute capability"):
-            _kernels.function(name, _kernels.INSTANCES[name][0])
+            _compile.function(name, _compile.INSTANCES[name][0])
         return
-    for expression in _kernels.INSTANCES[name]:
-        assert _kernels.function(name, expression) is not None
+    for expression in _compile.INSTANCES[name]:
+        assert _compile.function(name, expression) is not None
 
 
 @pytest.mark.skipif(twell.cuda_available(), reason="checks the message shown without a GPU")
@@ -115,29 +186,29 @@ def test_tensor_map_encodes_the_array_once_per_address_and_shape(monkeypatch):
         seen.append((dtype, address.value, list(dims), list(strides), list(box)))
         return 0
 
-    monkeypatch.setattr(_kernels, "_encode_tiled", lambda: encode)
-    _kernels._tensor_map.cache_clear()
+    monkeypatch.setattr(_tma, "_encode_tiled", lambda: encode)
+    _tma._tensor_map.cache_clear()
     try:
-        a = _kernels.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64)), 64, 128)
-        again = _kernels.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64)), 64, 128)
-        other = _kernels.tensor_map_2d(_fake(0x7F00_0000_9000, (300, 64)), 64, 128)
-        wider = _kernels.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64)), 64, 256)
-        half = _kernels.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64), F16), 64, 128)
+        a = _tma.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64)), 64, 128)
+        again = _tma.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64)), 64, 128)
+        other = _tma.tensor_map_2d(_fake(0x7F00_0000_9000, (300, 64)), 64, 128)
+        wider = _tma.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64)), 64, 256)
+        half = _tma.tensor_map_2d(_fake(0x7F00_0000_1000, (300, 64), F16), 64, 128)
     finally:
-        _kernels._tensor_map.cache_clear()  # no recorded map outlives the test
+        _tma._tensor_map.cache_clear()  # no recorded map outlives the test
     assert seen == [(9, 0x7F00_0000_1000, [64, 300], [128], [64, 128]),
                     (9, 0x7F00_0000_9000, [64, 300], [128], [64, 128]),
                     (9, 0x7F00_0000_1000, [64, 300], [128], [64, 256]),
                     (6, 0x7F00_0000_1000, [64, 300], [128], [64, 128])]
     assert again is a and other is not a and wider is not a and half is not a
-    assert a.nbytes == _kernels.TENSOR_MAP_BYTES and not a.flags.writeable
+    assert a.nbytes == _tma.TENSOR_MAP_BYTES and not a.flags.writeable
 
 
 def test_tensor_map_names_the_shape_on_a_driver_error(monkeypatch):
-    monkeypatch.setattr(_kernels, "_encode_tiled", lambda: lambda *args: 1)
-    _kernels._tensor_map.cache_clear()
+    monkeypatch.setattr(_tma, "_encode_tiled", lambda: lambda *args: 1)
+    _tma._tensor_map.cache_clear()
     try:
         with pytest.raises(RuntimeError, match=r"CUresult 1 .*shape \(5, 8\)"):
-            _kernels.tensor_map_2d(_fake(0x1000, (5, 8)), 64, 128)
+            _tma.tensor_map_2d(_fake(0x1000, (5, 8)), 64, 128)
     finally:
-        _kernels._tensor_map.cache_clear()
+        _tma._tensor_map.cache_clear()

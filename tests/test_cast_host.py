@@ -14,7 +14,7 @@ import pytest
 from helpers import cast
 
 import twell
-from twell import _kernels
+from twell._cuda import _compile
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
@@ -65,7 +65,7 @@ def harness(tmp_path_factory):
     src = folder / "harness.cu"
     src.write_text(HARNESS)
     exe = folder / "harness"
-    cmd = [NVCC, "-std=c++17", "-x", "cu", f"-I{_kernels.source_dir()}", str(src), "-o", str(exe)]
+    cmd = [NVCC, "-std=c++17", "-x", "cu", f"-I{_compile.source_dir()}", str(src), "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return exe
@@ -101,4 +101,4 @@ def test_cast_functions_match_numpy_bit_for_bit(harness, tmp_path, rng, src, dst
 
 
 def test_harness_sources_are_the_shipped_ones():
-    assert (pathlib.Path(_kernels.source_dir()) / "cast.cu").is_file()
+    assert (pathlib.Path(_compile.source_dir()) / "cast.cu").is_file()

@@ -3,25 +3,27 @@
 import numpy as np
 import pytest
 import scipy.sparse
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import twell
-from twell import _algorithms, _kernels, _layout
-
-cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-if not twell.cuda_available():
-    pytest.skip("CuPy with a CUDA GPU is not available", allow_module_level=True)
-
-from helpers import (  # noqa: E402
+from helpers import (
+    GPU_SKIP_REASON,
     Backend,
     assert_values_equal,
     cast,
     force_short_rows,
+    gpu_spmm,
     misaligned,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from twell import _cupy_backend  # noqa: E402
+import twell
+from twell import _algorithms, _layout
+
+if not twell.cuda_available():
+    pytest.skip(GPU_SKIP_REASON, allow_module_level=True)
+import cupy  # noqa: E402
+
+from twell._cuda import _backend as cuda  # noqa: E402
+from twell._cuda import _canonical, _compile, _pack, _policy, _reduce, _spmm  # noqa: E402
 
 pytestmark = pytest.mark.gpu  # every test here runs kernels ("-m gpu" selects them)
 
@@ -32,7 +34,7 @@ def test_layout_header_agrees_with_python():
     widths = np.array([1, 3, 256, 256, 256, 256, 65536, 7], dtype=np.int32)
     tiles = cupy.zeros(n_cols.size, dtype=np.int64)
     capacity = cupy.zeros(n_cols.size, dtype=np.int32)
-    kernel = _kernels.function("unpack.cu", "twell_layout_probe")
+    kernel = _compile.function("unpack.cu", "twell_layout_probe")
     kernel((1,), (32,), (cupy.asarray(n_cols), cupy.asarray(widths), np.int32(n_cols.size),
                          tiles, capacity))
     expect = [_layout.n_tiles(int(k), int(t)) for k, t in zip(n_cols, widths, strict=True)]
@@ -150,7 +152,7 @@ def test_spmm_launcher_handles_wide_and_one_column_right_hand_sides(rng):
     for n in (1, 2, 255, 257, 1000):
         b = _activations(rng, 513, n, 1.0, np.float64)
         want = x @ b
-        got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, np.dtype(np.float64))
+        got = cuda.spmm(a._parts, a.shape, a.tile_width, b, np.dtype(np.float64))
         assert float(cupy.abs(got - want).max()) < 1e-10, n
 
 
@@ -170,7 +172,7 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
     with np.errstate(all="ignore"):
         x = x.astype(src)
         want = cast(x, dst)
-    got = _cupy_backend.cast(cupy.asarray(x), dst).get()
+    got = cuda.cast(cupy.asarray(x), dst).get()
     assert got.dtype == dst
     assert np.array_equal(got.view(f"u{dst.itemsize}"), want.view(f"u{dst.itemsize}")) or (
         np.array_equal(np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64)))
@@ -195,10 +197,10 @@ def test_cast_kernel_rounds_like_numpy_and_keeps_subnormals(rng, src, dst):
 @pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
 def test_every_spmm_kernel_matches_the_float64_product(rng, monkeypatch, dtype, m, k, n,
                                                        tile_width, slots, density, short):
-    # Every way of the SpMM (the default, the gather kernel twell_spmm_rows, the tensor-core
-    # kernel where it applies, and A.toarray() @ B by cuBLAS), within rounding of the float64
-    # product, on edge shapes of the kernels' blockings (twell_spmm_rows: a shape (G, C, E)
-    # per N and kind of layout, _cupy_backend._rows_shape; these N, with the layout taken for
+    # Every way of the SpMM (the default, the gather kernel twell_spmm_rows, and
+    # A.toarray() @ B by cuBLAS), within rounding of the float64 product, on edge shapes of
+    # the kernels' blockings (twell_spmm_rows: a shape (G, C, E) per N and kind of layout,
+    # _policy.rows_shape; these N, with the layout taken for
     # one of short rows and then not, take every one for 16-bit values and float32).
     force_short_rows(monkeypatch, short)
     x = _activations(rng, m, k, density, dtype)
@@ -209,20 +211,19 @@ def test_every_spmm_kernel_matches_the_float64_product(rng, monkeypatch, dtype, 
     scale = np.abs(x.astype(np.float64).get()) @ np.abs(rhs.astype(np.float64).get())
     tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
     args = (a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype))
-    for variant in (None, "rows", "mma", "dense"):
+    for way in (None, "rows", "dense"):
         Backend("cupy").poison()  # an output element left unwritten shows as NaN
-        got = _cupy_backend.spmm(*args, variant=variant).astype(np.float64).get()
-        assert np.all(np.abs(got - want) <= tol * scale + 1e-30), variant
-    np.testing.assert_array_equal((a @ rhs).get(), _cupy_backend.spmm(*args).get())
+        got = gpu_spmm(*args, way=way).astype(np.float64).get()
+        assert np.all(np.abs(got - want) <= tol * scale + 1e-30), way
+    np.testing.assert_array_equal((a @ rhs).get(), gpu_spmm(*args).get())
     # The Listed instances (the tile index, here whatever its rule) give the rows kernel's
     # bits for the same shape, with their windows of G tiles loaded G listed tiles at a time
     # (44 and 125 tiles a row above).
-    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    monkeypatch.setattr(_policy, "index_pays", lambda *_: True)
     bits = f"u{np.dtype(dtype).itemsize}"
-    rows = _cupy_backend.spmm(*args, variant="rows").get().view(bits)
+    rows = gpu_spmm(*args, way="rows").get().view(bits)
     Backend("cupy").poison()
-    listed = _cupy_backend.spmm(*args, variant="rows",
-                                tile_index=_algorithms.tile_index(a.counts))
+    listed = gpu_spmm(*args, way="rows", tile_index=_algorithms.tile_index(a.counts))
     np.testing.assert_array_equal(listed.get().view(bits), rows)
 
 
@@ -235,12 +236,12 @@ def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n
     # A row whose overflow holds two chunks or more is summed by a warp per chunk of the
     # overflow plus its own (split_row in spmm.cu). Rows with overflows just below, at and
     # above that, starting on and off chunk boundaries, next to each other, to short rows and
-    # to empty ones; the budget rule of _split_chunk is set aside so that small products
+    # to empty ones; the budget rule of split_chunk is set aside so that small products
     # split too. Within rounding of the float64 product, every output element written, and
     # the same bits for B one element past a 16-byte boundary (the VEC = 1 instances).
     force_short_rows(monkeypatch, short)
-    monkeypatch.setattr(_cupy_backend, "SPMM_SPLIT_CHUNK", chunk)
-    monkeypatch.setattr(_cupy_backend, "_split_chunk",
+    monkeypatch.setattr(_policy, "SPMM_SPLIT_CHUNK", chunk)
+    monkeypatch.setattr(_policy, "split_chunk",
                         lambda n_over, *_: chunk if n_over >= 2 * chunk else 0)
     k, t = 4096, 256  # 16 tiles, one slot each: a row's overflow is its entries past 16
     lengths = [0, 3, 16 + 2 * chunk - 1, 16 + 2 * chunk, 16 + 2 * chunk + 1, 0, 5,
@@ -263,13 +264,12 @@ def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n
     tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
     got = {}
     index = _algorithms.tile_index(a.counts)
-    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    monkeypatch.setattr(_policy, "index_pays", lambda *_: True)
     for name, b, listed in (("aligned", cupy.asarray(rhs), None),
                             ("misaligned", misaligned(cupy, rhs), None),
                             ("listed", cupy.asarray(rhs), index)):
         Backend("cupy").poison()  # an output element left unwritten shows as NaN
-        y = _cupy_backend.spmm(a._parts, a.shape, t, b, np.dtype(dtype), variant="rows",
-                               tile_index=listed)
+        y = gpu_spmm(a._parts, a.shape, t, b, np.dtype(dtype), way="rows", tile_index=listed)
         got[name] = y.get()
         assert np.all(np.abs(got[name].astype(np.float64) - want) <= tol * scale), name
     bits = f"u{np.dtype(dtype).itemsize}"
@@ -279,17 +279,17 @@ def test_gather_spmm_splits_rows_with_a_long_overflow(rng, monkeypatch, dtype, n
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
                          ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("lanes", _kernels.SPMV_LANES, ids=lambda g: f"{g}-lanes")
+@pytest.mark.parametrize("lanes", _compile.SPMV_LANES, ids=lambda g: f"{g}-lanes")
 @pytest.mark.parametrize(("tile_width", "slots"), [(16, 2), (256, 3), (4096, 1)])
 def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, dtype, lanes,
                                                               tile_width, slots):
     # The SpMV takes a thread per row (twell_spmv_thread_rows) or a team of 32 lanes
-    # (twell_spmv_rows), by the layout (_cupy_backend._spmv_lanes): rows empty, short,
+    # (twell_spmv_rows), by the layout (_policy.spmv_lanes): rows empty, short,
     # spanning windows of empty tiles (4 windows of counts are read at once: 288 tiles at
     # tile width 16), with an overflow a thread sums alone (at most 16 entries) and one the
     # warp sums (several such rows in one warp), long enough for several rounds of 4 loads
     # per lane. Within rounding of the float64 product, every element written.
-    monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda *_: lanes)
+    monkeypatch.setattr(_policy, "spmv_lanes", lambda *_: lanes)
     k = 4608
     lengths = [0, 1, 5, 0, 37, 300, 1500, 2, 0, 129, 4000, 17]
     x = np.zeros((len(lengths) * 7, k))  # every length at 7 row offsets within a warp
@@ -306,11 +306,11 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
     tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
     bits = f"u{np.dtype(dtype).itemsize}"
     got = {}
-    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    monkeypatch.setattr(_policy, "index_pays", lambda *_: True)
     for listed in (None, _algorithms.tile_index(a.counts)):  # the Listed instance too
         Backend("cupy").poison()  # an output element left unwritten shows as NaN
-        y = _cupy_backend.spmm(a._parts, a.shape, tile_width, cupy.asarray(v).reshape(k, 1),
-                               np.dtype(dtype), variant="rows", tile_index=listed)
+        y = gpu_spmm(a._parts, a.shape, tile_width, cupy.asarray(v).reshape(k, 1),
+                     np.dtype(dtype), way="rows", tile_index=listed)
         got[listed is None] = y.get().ravel()
         assert np.all(np.abs(got[listed is None].astype(np.float64) - want) <= tol * scale)
     np.testing.assert_array_equal(got[False].view(bits), got[True].view(bits))
@@ -325,11 +325,11 @@ def test_spmv_takes_a_thread_per_row_when_rows_have_room_for_few_entries(rng, sl
     # at most SPMV_THREAD_ROW_ENTRIES = 256 entries a row take a thread per row.
     x = _activations(rng, 64, 65536, 0.0005, np.float32)
     a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
-    assert _cupy_backend._spmv_lanes(a._parts, a.shape[0]) == lanes
+    assert _policy.spmv_lanes(a._parts, a.shape[0]) == lanes
     # With the tile index, the room is the longest row's listed tiles times the slots.
     index = _algorithms.tile_index(a.counts)
     assert index.max_tiles * slots < 256
-    assert _cupy_backend._spmv_lanes(a._parts, a.shape[0], index) == 1
+    assert _policy.spmv_lanes(a._parts, a.shape[0], index) == 1
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, twell.bfloat16],
@@ -344,7 +344,7 @@ def test_the_listed_kernels_sum_like_the_others(rng, monkeypatch, dtype, n, shor
     # per tile over 20-tile spans (several listed tiles per window, loads ending
     # mid-window), hubs listing most of their 1024 tiles, empty rows, an overflow.
     force_short_rows(monkeypatch, short)
-    monkeypatch.setattr(_cupy_backend, "_index_pays", lambda *_: True)
+    monkeypatch.setattr(_policy, "index_pays", lambda *_: True)
     k, t = 8192, 8
     x = np.zeros((96, k))
     for r in range(x.shape[0]):
@@ -368,15 +368,15 @@ def test_the_listed_kernels_sum_like_the_others(rng, monkeypatch, dtype, n, shor
     scale = np.abs(x.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
     tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
     bits = f"u{np.dtype(dtype).itemsize}"
-    lanes = _kernels.SPMV_LANES if n == 1 else [None]
+    lanes = _compile.SPMV_LANES if n == 1 else [None]
     for g in lanes:
         if g is not None:
-            monkeypatch.setattr(_cupy_backend, "_spmv_lanes", lambda *_, g=g: g)
+            monkeypatch.setattr(_policy, "spmv_lanes", lambda *_, g=g: g)
         got = []
         for tile_index in (None, index):
             Backend("cupy").poison()  # an output element left unwritten shows as NaN
-            y = _cupy_backend.spmm(a._parts, a.shape, t, cupy.asarray(rhs), np.dtype(dtype),
-                                   variant="rows", tile_index=tile_index).get()
+            y = gpu_spmm(a._parts, a.shape, t, cupy.asarray(rhs), np.dtype(dtype),
+                         way="rows", tile_index=tile_index).get()
             assert np.all(np.abs(y.astype(np.float64) - want) <= tol * scale), (g, tile_index)
             got.append(y.view(bits))
         np.testing.assert_array_equal(got[1], got[0])
@@ -390,27 +390,27 @@ def test_the_listed_kernels_sum_like_the_others(rng, monkeypatch, dtype, n, shor
 ])
 def test_the_kernels_walk_the_tile_index_where_rows_span_many_tiles(rng, k, tile_width, per_row,
                                                                     pays):
-    # _index_pays: more than INDEX_MIN_TILES tiles a row, at most 1 in INDEX_MAX_SHARE listed.
+    # index_pays: more than INDEX_MIN_TILES tiles a row, at most 1 in INDEX_MAX_SHARE listed.
     x = np.zeros((64, k), dtype=np.float32)
     for r in range(64):
         x[r, rng.choice(k, size=per_row, replace=False)] = 1.0 + r
     a = twell.TwELLMatrix(cupy.asarray(x), tile_width=tile_width, slots=2)
     a.index_tiles()
-    assert _cupy_backend._index_pays(a._parts, a.shape[0], a.tile_index) == pays
+    assert _policy.index_pays(a._parts, a.shape[0], a.tile_index) == pays
 
 
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])
-@pytest.mark.parametrize("variant", [None, "rows", "mma", "dense"])
-def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng, dtype, variant):
-    # The tensor-core kernel multiplies padding zeros by B, and the dense product A's zeros:
-    # the launcher must hand B with Inf/NaN to twell_spmm_rows (gated on the device).
+@pytest.mark.parametrize("way", [None, "rows", "dense"])
+def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng, dtype, way):
+    # The dense product multiplies A's zeros by B: the launcher must hand B with Inf/NaN to
+    # twell_spmm_rows (gated on the device).
     x = _activations(rng, 600, 512, 0.01, dtype)
     rhs = _activations(rng, 512, 64, 1.0, dtype)
     rhs[3, 5], rhs[300, 7] = np.inf, np.nan
     a = twell.TwELLMatrix(x, slots=8)
     Backend("cupy").poison()
-    got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype),
-                             variant=variant).astype(np.float64).get()
+    got = gpu_spmm(a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype),
+                   way=way).astype(np.float64).get()
     want = scipy.sparse.csr_array(x.astype(np.float64).get()) @ rhs.astype(np.float64).get()
     assert np.array_equal(np.isnan(got), np.isnan(want))
     assert np.array_equal(np.isinf(got), np.isinf(want))
@@ -421,18 +421,18 @@ def test_spmm_propagates_inf_and_nan_only_where_a_has_entries(rng, dtype, varian
 @pytest.mark.parametrize("dtype", [twell.bfloat16, np.float32], ids=["bf16", "f32"])
 def test_default_spmm_densifies_above_the_measured_density(rng, monkeypatch, dtype):
     # A @ B takes A.toarray() @ B (cuBLAS) when the entry count known from construction puts
-    # the density above _layout.dense_product_density, and the gather kernel otherwise or
+    # the density above _policy.dense_product_density, and the gather kernel otherwise or
     # when the count is unknown, with no host synchronisation either way. A dense pack
     # knows the count with the slots given too (its one read carries the histogram of the
     # per-tile totals); parts wrapped without it do not. The minimum work is lowered so that
     # a test-sized product qualifies.
-    monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
+    monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 1)
     densified = []
-    to_dense = _cupy_backend.to_dense
-    monkeypatch.setattr(_cupy_backend, "to_dense",
+    to_dense = _spmm.to_dense
+    monkeypatch.setattr(_spmm, "to_dense",
                         lambda *args: densified.append(args[1]) or to_dense(*args))
     itemsize = np.dtype(dtype).itemsize
-    threshold = _layout.dense_product_density(40, itemsize)  # 0.12 (bf16), 0.27 (float32)
+    threshold = _policy.dense_product_density(40, itemsize)  # 0.12 (bf16), 0.27 (float32)
     rhs = _activations(rng, 700, 40, 1.0, dtype)
     for density, slots, dense in [(2 * threshold, "auto", True), (threshold / 3, "auto", False),
                                   (2 * threshold, 40, True), (threshold / 3, 40, False),
@@ -465,11 +465,11 @@ def test_spmm_reads_the_last_column_of_the_widest_tile(rng, dtype):
     assert a.overflow_nnz == 1  # row 0 holds three entries in its one tile
     rhs = _activations(rng, k, 24, 1.0, dtype)
     want = x @ rhs.astype(np.float64).get()
-    for variant in (None, "rows", "dense"):
+    for way in (None, "rows", "dense"):
         Backend("cupy").poison()
-        got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype),
-                                 variant=variant).astype(np.float64).get()
-        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2, err_msg=str(variant))
+        got = gpu_spmm(a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype),
+                       way=way).astype(np.float64).get()
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2, err_msg=str(way))
 
 
 def test_float32_products_never_densify_into_tf32(rng, monkeypatch):
@@ -478,10 +478,10 @@ def test_float32_products_never_densify_into_tf32(rng, monkeypatch):
     import os
 
     on = os.environ.get("CUPY_TF32", "0") not in ("", "0")
-    assert _cupy_backend._float32_gemm_is_tf32() is on
-    monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
-    monkeypatch.setattr(_cupy_backend, "_float32_gemm_is_tf32", lambda: True)
-    monkeypatch.setattr(_cupy_backend, "to_dense", lambda *args: pytest.fail("densified"))
+    assert _policy.float32_gemm_is_tf32() is on
+    monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 1)
+    monkeypatch.setattr(_policy, "float32_gemm_is_tf32", lambda: True)
+    monkeypatch.setattr(_spmm, "to_dense", lambda *args: pytest.fail("densified"))
     x = _activations(rng, 300, 700, 0.9, np.float32)
     rhs = _activations(rng, 700, 40, 1.0, np.float32)
     want = x.astype(np.float64).get() @ rhs.astype(np.float64).get()
@@ -492,24 +492,21 @@ def test_float32_products_never_densify_into_tf32(rng, monkeypatch):
 def test_default_spmm_gathers_when_the_dense_temporary_does_not_fit(rng, monkeypatch, why):
     # The temporary may take 1/8 of the device's memory (of the total, so that the choice does
     # not depend on what is free at the call); when it cannot be allocated anyway, the gather
-    # kernel runs. Asking for the dense path explicitly keeps the error.
-    monkeypatch.setattr(_layout, "DENSE_PRODUCT_MIN_WORK", 1)
+    # kernel runs.
+    monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 1)
     if why == "too large for the device":
-        monkeypatch.setattr(_cupy_backend, "_device_bytes", lambda: 1)
-        monkeypatch.setattr(_cupy_backend, "to_dense", lambda *args: pytest.fail("densified"))
+        monkeypatch.setattr(_policy, "device_bytes", lambda: 1)
+        monkeypatch.setattr(_spmm, "to_dense", lambda *args: pytest.fail("densified"))
     else:
         def out_of_memory(*args):
             raise cupy.cuda.memory.OutOfMemoryError(1 << 40, 0)
-        monkeypatch.setattr(_cupy_backend, "to_dense", out_of_memory)
+        monkeypatch.setattr(_spmm, "to_dense", out_of_memory)
     x = _activations(rng, 300, 700, 0.5, twell.bfloat16)
     rhs = _activations(rng, 700, 40, 1.0, twell.bfloat16)
     a = twell.TwELLMatrix(x)
     want = x.astype(np.float64).get() @ rhs.astype(np.float64).get()
     Backend("cupy").poison()
     np.testing.assert_allclose((a @ rhs).astype(np.float64).get(), want, rtol=2e-2, atol=0.1)
-    if why == "allocation fails":
-        with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
-            _cupy_backend.spmm(a._parts, a.shape, a.tile_width, rhs, rhs.dtype, variant="dense")
 
 
 @pytest.mark.parametrize("size", [1, 257, 4095, 4096, 70000])
@@ -518,7 +515,7 @@ def test_count_histogram_is_bincount(rng, size):
     # [0, size) are counted in the last bin, never dropped or wrapped.
     counts = rng.integers(-3, size + 3, size=100_003).astype(np.int32)
     counts[:50_000] = rng.integers(0, min(size, 3), size=50_000)  # crowded bins: contention
-    got = _cupy_backend.count_histogram(cupy.asarray(counts.reshape(1, -1)), size).get()
+    got = cuda.count_histogram(cupy.asarray(counts.reshape(1, -1)), size).get()
     inside = (counts >= 0) & (counts < size)
     want = np.append(np.bincount(counts[inside], minlength=size), np.sum(~inside))
     assert got.dtype == np.int64
@@ -546,7 +543,7 @@ def test_exclusive_scan_is_cumsum(rng, n, dtype, minus):
     values = rng.integers(-hi // 4, hi, size=n).astype(dtype)
     values[: n // 2] = rng.integers(0, 30, size=n // 2)  # counts, some past the 13 slots
     Backend("cupy").poison()
-    got = _cupy_backend.exclusive_scan(cupy.asarray(values), minus=minus)
+    got = _reduce.scan(cupy.asarray(values), minus=minus)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got.get(), _scan_reference(values, minus))
 
@@ -557,7 +554,7 @@ def test_exclusive_scan_writes_row_starts(rng, rows, row_length):
     # The overflow's row pointer: starts[r] = out[r * row_length], rows + 1 entries.
     totals = rng.integers(0, 20, size=(rows, row_length)).astype(np.int32)
     Backend("cupy").poison()
-    out, starts = _cupy_backend.exclusive_scan(cupy.asarray(totals), minus=6, rows=rows)
+    out, starts = _reduce.scan(cupy.asarray(totals), minus=6, rows=rows)
     want = _scan_reference(totals, 6)
     np.testing.assert_array_equal(out.get(), want)
     np.testing.assert_array_equal(starts.get(), want[::row_length])
@@ -565,7 +562,7 @@ def test_exclusive_scan_writes_row_starts(rng, rows, row_length):
 
 
 def test_exclusive_scan_of_nothing():
-    out, starts = _cupy_backend.exclusive_scan(cupy.zeros((4, 0), np.int32), minus=1, rows=4)
+    out, starts = _reduce.scan(cupy.zeros((4, 0), np.int32), minus=1, rows=4)
     assert out.get().tolist() == [0] and starts.get().tolist() == [0] * 5
     assert _algorithms.exclusive_cumsum(cupy.zeros(0, np.int64)).get().tolist() == [0]
 
@@ -575,7 +572,7 @@ def test_exclusive_scan_of_nothing():
 def test_exclusive_cumsum_agrees_across_backends(values, minus):
     # One function, two backends: the CuPy kernel against NumPy's cumsum, bool input too.
     host = np.array(values, dtype=np.int64)
-    got = _cupy_backend.exclusive_scan(cupy.asarray(host.astype(np.int32)), minus=minus)
+    got = _reduce.scan(cupy.asarray(host.astype(np.int32)), minus=minus)
     np.testing.assert_array_equal(got.get(), _scan_reference(host, minus))
     flags = host % 3 == 0
     np.testing.assert_array_equal(_algorithms.exclusive_cumsum(cupy.asarray(flags)).get(),
@@ -594,7 +591,7 @@ def test_tile_counts_csr_kernel_counts_every_tile(rng, m, k, tile_width, density
     nt = _layout.n_tiles(k, tile_width)
     rows = np.repeat(np.arange(m), np.diff(x.indptr))
     want = np.bincount(rows * nt + x.indices // tile_width, minlength=m * nt).reshape(m, nt)
-    got = _cupy_backend.tile_counts_csr(cupy.asarray(x.indptr), cupy.asarray(x.indices),
+    got = cuda.tile_counts_csr(cupy.asarray(x.indptr), cupy.asarray(x.indices),
                                         (m, k), tile_width)
     assert got.dtype == _layout.COUNT_DTYPE and got.shape == (m, nt)
     np.testing.assert_array_equal(got.get(), want)
@@ -614,13 +611,13 @@ def test_find_nonfinite_sees_every_position(dtype, aligned):
     b[...] = 1.5
     b[::7] = -0.0  # zeros and negative values are finite
     b[1::11] = 6e-8 if dtype == np.float16 else 1e-40  # subnormals are finite
-    assert not bool(_cupy_backend._nonfinite(b))
+    assert not bool(_reduce.nonfinite(b))
     for pos in (0, 3, 7, 8, n // 2, n - 6, n - 1):
         for bad in (np.inf, -np.inf, np.nan):
             b[pos] = bad
-            assert bool(_cupy_backend._nonfinite(b)), (pos, bad)
+            assert bool(_reduce.nonfinite(b)), (pos, bad)
             b[pos] = 1.5
-    assert not bool(_cupy_backend._nonfinite(b[:0]))
+    assert not bool(_reduce.nonfinite(b[:0]))
 
 
 def test_auto_slots_pack_knows_its_overflow_without_reading_it_back(rng, monkeypatch):
@@ -634,7 +631,7 @@ def test_auto_slots_pack_knows_its_overflow_without_reading_it_back(rng, monkeyp
     def no_read_back(counter):
         raise AssertionError("the overflow size was read back")
 
-    monkeypatch.setattr(_cupy_backend, "_overflow_size", no_read_back)
+    monkeypatch.setattr(_pack, "overflow_size", no_read_back)
     for src in (x, csr):
         got = twell.TwELLMatrix(src, tile_width=256)
         assert got.slots == want.slots and got.overflow_indices.size > 0
@@ -691,8 +688,8 @@ def test_canonical_csr_kernel_gives_the_host_bits(case):
     # in input order in the accumulation type, -0.0 and cancelled sums dropped.
     indptr, indices, data, shape = case
     want = _algorithms.canonical_csr(indptr, indices, data, shape)
-    got = _cupy_backend.canonical_csr(cupy.asarray(indptr), cupy.asarray(indices),
-                                      cupy.asarray(data), shape)
+    got = cuda.canonical_csr(cupy.asarray(indptr), cupy.asarray(indices), cupy.asarray(data),
+                             shape)
     assert [x.dtype for x in got] == [np.int64, np.int32, data.dtype]
     np.testing.assert_array_equal(got[0].get(), want[0], err_msg="indptr")
     np.testing.assert_array_equal(got[1].get(), want[1], err_msg="indices")
@@ -719,18 +716,18 @@ def test_canonical_csr_falls_back_to_the_global_sort_for_long_rows(rng, monkeypa
     global_sort = _algorithms.canonical_csr
     monkeypatch.setattr(_algorithms, "canonical_csr",
                         lambda *a: calls.append(1) or global_sort(*a))
-    fast = _cupy_backend.canonical_csr(*args, (m, k))
+    fast = cuda.canonical_csr(*args, (m, k))
     assert not calls
     longest = int(np.diff(x.indptr).max())
-    monkeypatch.setattr(_cupy_backend, "CSR_SORT_MAX_ROW", int(np.diff(x.indptr)[3]) - 1)
-    slow = _cupy_backend.canonical_csr(*args, (m, k))
-    assert calls and longest > _cupy_backend.CSR_SORT_MAX_ROW
+    monkeypatch.setattr(_canonical, "CSR_SORT_MAX_ROW", int(np.diff(x.indptr)[3]) - 1)
+    slow = cuda.canonical_csr(*args, (m, k))
+    assert calls and longest > _canonical.CSR_SORT_MAX_ROW
     x.sort_indices()
     for g, s, w in zip(fast, slow, (x.indptr, x.indices, x.data), strict=True):
         np.testing.assert_array_equal(g.get(), w)
         np.testing.assert_array_equal(s.get(), w)
-    monkeypatch.setattr(_cupy_backend, "CSR_SORT_MAX_ROW", 1)  # every row in order: no sort
+    monkeypatch.setattr(_canonical, "CSR_SORT_MAX_ROW", 1)  # every row in order: no sort
     calls.clear()
-    _cupy_backend.canonical_csr(*[cupy.asarray(a) for a in (x.indptr, x.indices, x.data)],
-                                (m, k))
+    _canonical.canonical_csr(*[cupy.asarray(a) for a in (x.indptr, x.indices, x.data)],
+                             (m, k))
     assert not calls

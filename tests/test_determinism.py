@@ -1,7 +1,7 @@
 """Bitwise determinism of packing and of the products, on both backends.
 
-The same input must give the same bits, not just close values: every run, every launch
-configuration of the tensor-core SpMM and every CUDA stream. The kernels promise it (fixed
+The same input must give the same bits, not just close values: every run, every kernel
+shape and every CUDA stream. The kernels promise it (fixed
 accumulation order, no atomics: ``cuda_src/spmm.cu``); these tests hold them to it.
 
 What is compared: the raw bits (a view as an unsigned integer of the same size) of the six
@@ -19,18 +19,26 @@ import functools
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import BF16, DTYPES, F16, PART_NAMES, cast, force_short_rows, misaligned
+from helpers import (
+    BF16,
+    DTYPES,
+    F16,
+    PART_NAMES,
+    cast,
+    force_short_rows,
+    gpu_spmm,
+    misaligned,
+)
 
 import twell
 
 RUNS = 3
 
-#: 600 rows: a partial last row block for every tensor-core SpMM shape (128, 256 or 512 rows)
-#: and a partial last 16-row group. 777 columns: a partial last tile for every tile width here.
+#: 600 rows: a partial last block of rows for the kernels that take rows by the warp or the
+#: block. 777 columns: a partial last tile for every tile width here.
 M, K = 600, 777
 
-#: Right-hand-side widths: 72 (tensor cores for 16-bit values: a multiple of 8, and a partial
-#: second block of 64 columns; 16-byte vectors otherwise), 30 (one value at a time).
+#: Right-hand-side widths: 72 (16-byte vectors), 30 (one value at a time).
 WIDTHS = (72, 30)
 
 #: (tile_width, slots) of the matrices packed with given slots; slots="auto" runs as well.
@@ -131,52 +139,16 @@ def test_dense_and_csr_input_pack_to_the_same_bits(backend, rng, dtype, tile_wid
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_every_mma_shape_gives_the_same_bits(gpu, rng, dtype):
-    # Guards the tensor-core SpMM's launch configurations (warps, 16-row groups per warp,
-    # pipeline stages): the row blocks and the pipelining differ, the sums must not. For
-    # float32/float64, and N = 30, no tensor-core kernel exists and the shape is ignored:
-    # the check is then that asking for one changes nothing.
-    from twell import _cupy_backend, _kernels
-
-    x, _, rhs, _ = _inputs(gpu, rng, dtype)
-    a = twell.TwELLMatrix(x, slots=3)
-    assert a.overflow_nnz > 0
-    dtype = np.dtype(dtype)
-    for b in rhs:
-        what = f"B{b.shape}"
-        shapes = {}
-        for shape in _kernels.MMA_SHAPES:
-            if dtype in _HALF and b.shape[1] % 8 == 0:
-                # slots=3 keeps every shape's shared memory under the limit: each call
-                # really runs the shape it asks for instead of falling back to another kernel.
-                assert _cupy_backend._mma_shape(dtype, a.tile_width, a.slots, b, shape) == shape
-            got = _cupy_backend.spmm(a._parts, a.shape, a.tile_width, b, dtype,
-                                     mma_shape=shape)
-            shapes[shape] = _bits(gpu, {what: got})
-        first = _kernels.MMA_SHAPES[0]
-        for shape, got in shapes.items():
-            _assert_same_bits(got, shapes[first], f"mma_shape={shape} vs {first}")
-        # The default A @ B runs one of these kernels: a tensor-core shape, or a kernel that
-        # accumulates in twell_spmm_rows' order and so gives its bits.
-        default = _bits(gpu, {what: a @ b})
-        rows = _bits(gpu, {what: a @ misaligned(gpu.xp, b)})
-        if not _same(default, shapes[first]):
-            _assert_same_bits(default, rows, "default A @ B (not the mma bits) vs rows kernel")
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [8, 24, 48, 96, 200, 400, 1024])
 @pytest.mark.parametrize("short", [False, True], ids=["long-rows", "short-rows"])
 def test_the_gather_spmm_sums_in_one_order_whatever_the_alignment_of_b(gpu, rng, monkeypatch,
                                                                        dtype, n, short):
     # twell_spmm_rows spreads a row's entries over several accumulator sets when B is narrow
-    # (_cupy_backend._rows_shape; these N, with the layout taken for one of short rows and
+    # (_policy.rows_shape; these N, with the layout taken for one of short rows and
     # then not, take every shape for every dtype). The shape comes from N and the layout's
     # array shapes, never from B's alignment, so B one element past a 16-byte boundary (the
     # VEC = 1 instance) must give the bits of an aligned B (16-byte vectors), with overflow
     # (rows 0 and 1, slots=3) too.
-    from twell import _cupy_backend
-
     force_short_rows(monkeypatch, short)
 
     x = _activations(rng, dtype)
@@ -186,62 +158,49 @@ def test_the_gather_spmm_sums_in_one_order_whatever_the_alignment_of_b(gpu, rng,
     got = {}
     for name, rhs in (("aligned", b), ("misaligned", misaligned(gpu.xp, b))):
         gpu.poison()
-        got[name] = _bits(gpu, {"A @ B": _cupy_backend.spmm(a._parts, a.shape, a.tile_width,
-                                                              rhs, dtype, variant="rows")})
+        got[name] = _bits(gpu, {"A @ B": gpu_spmm(a._parts, a.shape, a.tile_width, rhs, dtype,
+                                                  way="rows")})
     _assert_same_bits(got["misaligned"], got["aligned"], f"N={n}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_every_pack_launch_configuration_gives_the_same_bits(gpu, monkeypatch, rng, dtype):
-    # The dense pack kernel takes 1, 2 or 4 (row, tile) pairs per warp (PACK_PAIRS): the
-    # warps differ, the packed bits must not.
-    from twell import _kernels
-
-    x = _activations(rng, dtype)
-    got = {}
-    for pairs in _kernels.PACK_PAIRS_CHOICES:
-        monkeypatch.setattr(_kernels, "PACK_PAIRS", pairs)
-        gpu.poison()
-        a = twell.TwELLMatrix(gpu.asarray(x), tile_width=256, slots=3)
-        got[pairs] = _bits(gpu, {part: getattr(a, part) for part in PART_NAMES})
-    first = _kernels.PACK_PAIRS_CHOICES[0]
-    for pairs, bits in got.items():
-        _assert_same_bits(bits, got[first], f"PACK_PAIRS={pairs} vs {first}")
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("k", "tile_width"),
-                         [(1000, 256), (1000, 512), (777, 64), (777, 96), (777, 128)])
-def test_staged_pack_of_wide_tiles_gives_the_same_bits(gpu, monkeypatch, rng, dtype, k,
-                                                       tile_width):
-    # With PACK_STAGED_CHUNKS, a tile of 2 to 4 vector loads (K = 1000: 16-byte loads, 64 to
-    # 256 columns each; K = 777: one value per lane, 32 columns) is packed by the staged kernel
-    # with CHUNKS loads per pair; without it, by one warp looping over the tile. Both ways,
+                         [(1000, 256), (1000, 512), (777, 64), (777, 96), (777, 128),
+                          (777, 16), (1000, 2048)])
+def test_every_dense_pack_kernel_packs_the_host_bits(gpu, monkeypatch, rng, dtype, k,
+                                                     tile_width):
+    # The dense pack takes one of three kernels by the vector loads a tile needs (K = 1000:
+    # 16-byte loads; K = 777: one value per lane, 32 columns a load): 4 pairs a warp for one
+    # load, the staged kernel for 2 to 4, one pair a warp looping over the tile beyond. Each,
     # with the slots given (3: rows 0 and 1 overflow) and with slots="auto" (the count pass
-    # too), must give the same bits, partial last tiles and the overflow included.
-    from twell import _cupy_backend, _kernels
+    # too), must give the NumPy backend's bits, partial last tiles and the overflow included.
+    from twell._cuda import _compile, _pack
 
-    x = gpu.asarray(_activations(rng, dtype, k))
-    function, launched = _kernels.function, set()
-    monkeypatch.setattr(_kernels, "function",
+    x = _activations(rng, dtype, k)
+    function, launched = _compile.function, set()
+    monkeypatch.setattr(_compile, "function",
                         lambda name, expr: launched.add(expr) or function(name, expr))
     # An empty cache of the launcher's kernels, so that every kernel is looked up here.
-    monkeypatch.setattr(_cupy_backend, "_pack_dense_kernel",
-                        functools.cache(_cupy_backend._pack_dense_kernel.__wrapped__))
-    got = {}
-    for staged in (False, True):
-        monkeypatch.setattr(_kernels, "PACK_STAGED_CHUNKS", staged)
-        for slots in (3, "auto"):
-            gpu.poison()
-            a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
-            got[staged, slots] = _bits(gpu, {part: getattr(a, part) for part in PART_NAMES})
+    monkeypatch.setattr(_pack, "_pack_dense_kernel",
+                        functools.cache(_pack._pack_dense_kernel.__wrapped__))
     for slots in (3, "auto"):
-        _assert_same_bits(got[True, slots], got[False, slots], f"staged, slots={slots}")
-    # The staged kernel ran wherever a tile takes 2 to 4 vector loads.
-    vec = _kernels.vector_width(dtype) if k == 1000 else 1
+        gpu.poison()
+        a = twell.TwELLMatrix(gpu.asarray(x), tile_width=tile_width, slots=slots)
+        host = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
+        _assert_same_bits(_bits(gpu, {part: getattr(a, part) for part in PART_NAMES}),
+                          {part: (getattr(host, part).dtype.name,
+                                  getattr(host, part).view(_UINT[getattr(host, part).itemsize]))
+                           for part in PART_NAMES}, f"slots={slots}")
+    vec = _compile.vector_width(dtype) if k == 1000 else 1
     loads = -(-tile_width // (32 * vec))
-    staged_ran = any(e.startswith("twell_pack_dense<") and e.count(",") == 3 for e in launched)
-    assert staged_ran == (2 <= loads <= 4), (loads, sorted(launched))
+    packs = {e for e in launched if e.startswith("twell_pack_dense<")}
+    pairs = {int(e.split(",")[2].strip(" >")) for e in packs}
+    staged = any(e.count(",") == 3 for e in packs)
+    assert staged == (2 <= loads <= 4), (loads, sorted(launched))
+    if loads == 1:
+        assert pairs == {_compile.PACK_PAIRS}, sorted(launched)
+    elif loads > 4:
+        assert pairs == {1}, sorted(launched)
 
 
 def _same(got, want):

@@ -140,14 +140,14 @@ def _fused(gpu, rng, dtype, shape=FUSED_SHAPE, bias=1.0, edit=None):
 
     ``edit(x)`` changes the host x before the copy to the device.
     """
-    from twell import _cupy_backend
+    from twell._cuda import _backend as cuda
 
     m, k, n = shape
     x, w, _, _ = _weights(rng, m, k, n, bias, dtype)
     if edit is not None:
         edit(x)
     x, w = gpu.asarray(x), gpu.asarray(w)
-    assert _cupy_backend.matmul_pack_supported(x, w, 256)
+    assert cuda.matmul_pack_supported(x, w, 256)
     return x, w
 
 
@@ -173,16 +173,18 @@ def test_fused_matmul_to_twell(gpu, rng, dtype, tile_width, slots):
 
 
 @pytest.mark.parametrize("dtype", HALF)
-def test_fused_spill_too_small_reruns_losslessly(gpu, rng, dtype):
+def test_fused_spill_too_small_reruns_losslessly(gpu, rng, monkeypatch, dtype):
     # A spill buffer of one entry: the kernel counts what it needed and runs again with that
     # much room; the result has the bits of a run whose buffer was large enough.
-    from twell import _cupy_backend
+    from twell._cuda import _backend as cuda
+    from twell._cuda import _policy
 
     x, w = _fused(gpu, rng, dtype)
-    roomy, nnz = _cupy_backend.matmul_pack(x, w, 64, 2)
+    roomy, nnz = cuda.matmul_pack(x, w, 64, 2)
     assert roomy.overflow_data.size > 1
     gpu.poison()
-    tight, tight_nnz = _cupy_backend.matmul_pack(x, w, 64, 2, spill_capacity=1)
+    monkeypatch.setattr(_policy, "spill_capacity", lambda *_: 1)
+    tight, tight_nnz = cuda.matmul_pack(x, w, 64, 2)
     shape = (x.shape[0], w.shape[0])
     assert nnz == tight_nnz == twell.TwELLMatrix._from_parts(roomy, shape, 64).nnz
     assert_same_bits(twell.TwELLMatrix._from_parts(tight, shape, 64),
@@ -190,9 +192,9 @@ def test_fused_spill_too_small_reruns_losslessly(gpu, rng, dtype):
 
 
 def _hopper(gpu):
-    from twell import _kernels
+    from twell._cuda import _compile
 
-    if not _kernels.arch_supported("matmul_pack_sm90.cu"):
+    if not _compile.arch_supported("matmul_pack_sm90.cu"):
         pytest.skip("twell_matmul_pack_sm90_* need a device of compute capability 9.0")
 
 
@@ -211,19 +213,23 @@ def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, monkeypa
     # (counted on the host from the dense result), the entry count is exact, and the result
     # has the bits of the plain fused call with those slots given, also when the spill
     # buffer was too small: then one more launch, straight at the chosen slots.
-    from twell import _cupy_backend, _layout
+    from twell import _layout
+    from twell._cuda import _ffn, _policy
 
     x, w = _fused(gpu, rng, dtype, bias=bias)
     shape = (x.shape[0], w.shape[0])
-    launch, launched = _cupy_backend._launch_matmul_pack, []
-    monkeypatch.setattr(_cupy_backend, "_launch_matmul_pack",
+    launch, launched = _ffn._launch_matmul_pack, []
+    monkeypatch.setattr(_ffn, "_launch_matmul_pack",
                         lambda *a, **k: launched.append(a[4]) or launch(*a, **k))  # slots
     provisional = tile_width // 8
+    default_capacity = _policy.spill_capacity
     for capacity in (None, 1):
         gpu.poison()
         launched.clear()
-        parts, slots, nnz = _cupy_backend.matmul_pack_auto(x, w, tile_width,
-                                                           spill_capacity=capacity)
+        if capacity is not None:
+            monkeypatch.setattr(_policy, "spill_capacity", lambda *_, c=capacity: c)
+        parts, slots, nnz = _ffn.matmul_pack_auto(x, w, tile_width)
+        monkeypatch.setattr(_policy, "spill_capacity", default_capacity)
         got = twell.TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
         got.validate()
         counts = tile_counts(got.toarray().get(), tile_width)
@@ -232,9 +238,9 @@ def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, monkeypa
         assert nnz == got.nnz == counts.sum() > 0
         assert got.overflow_nnz == _layout.slot_overflow(hist, slots)
         spilled = int(np.maximum(counts - provisional, 0).sum())
-        rerun = spilled > (capacity or _cupy_backend.matmul_plan(x, w, 8).spill_capacity)
+        rerun = spilled > (capacity or _ffn.matmul_plan(x, w, 8).spill_capacity)
         assert launched == [provisional] + [slots] * rerun
-        want, _ = _cupy_backend.matmul_pack(x, w, tile_width, slots)
+        want, _ = _ffn.matmul_pack(x, w, tile_width, slots)
         assert_same_bits(got, twell.TwELLMatrix._from_parts(want, shape, tile_width),
                          f"auto (spill capacity {capacity}) vs slots={slots} given")
     if tile_width <= 64 and bias == 1.0:
@@ -254,12 +260,12 @@ def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, monkeypa
     ((129, 64, 390), 128, 6),
 ], ids=str)
 @pytest.mark.parametrize("dtype", HALF)
-def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_width, slots,
-                                                       dtype):
+def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, monkeypatch, shape, tile_width,
+                                                       slots, dtype):
     # The wgmma kernel (H100/H200) against the mma.sync one: the same slots, counts,
     # indices and overflow, bit for bit (the same k order in fp32, one rounding), and both
     # also against the spill rerun path.
-    from twell import _cupy_backend
+    from twell._cuda import _ffn, _policy
 
     _hopper(gpu)
     x, w = _fused(gpu, rng, dtype, shape=shape)
@@ -267,15 +273,16 @@ def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_widt
     got = {}
     for variant in ("mma", "sm90"):
         gpu.poison()
-        parts, nnz = _cupy_backend.matmul_pack(x, w, tile_width, slots, variant=variant)
+        monkeypatch.setattr(_policy, "matmul_variant", lambda *_, v=variant: v)
+        parts, nnz = _ffn.matmul_pack(x, w, tile_width, slots)
         got[variant] = twell.TwELLMatrix._from_parts(parts, full, tile_width)
         got[variant].validate()
         assert nnz == got[variant].nnz  # the read's histogram against the parts' own count
     assert got["sm90"].nnz > 0
     assert_same_bits(got["sm90"], got["mma"], "sm90 vs mma.sync")
     gpu.poison()
-    tight, _ = _cupy_backend.matmul_pack(x, w, tile_width, slots, spill_capacity=1,
-                                         variant="sm90")
+    monkeypatch.setattr(_policy, "spill_capacity", lambda *_: 1)
+    tight, _ = _ffn.matmul_pack(x, w, tile_width, slots)
     assert_same_bits(twell.TwELLMatrix._from_parts(tight, full, tile_width), got["mma"],
                      "sm90 with a spill rerun vs mma.sync")
 
@@ -284,29 +291,32 @@ def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, shape, tile_widt
                                            (F16, "twell_matmul_pack_sm90_f16")],
                          ids=["bf16", "f16"])
 def test_hopper_runs_the_sm90_kernel_of_the_dtype(gpu, rng, monkeypatch, dtype, kernel):
-    from twell import _kernels
+    from twell._cuda import _compile
 
     _hopper(gpu)
     asked = []
-    shipped = _kernels.function
+    shipped = _compile.function
 
     def function(name, expression):
         asked.append(expression)
         return shipped(name, expression)
 
-    monkeypatch.setattr(_kernels, "function", function)
+    monkeypatch.setattr(_compile, "function", function)
     x, w = _fused(gpu, rng, dtype)
     matmul_to_twell(x, w, slots=3)
     # Looked up once per launch: a spill rerun asks for the same kernel again.
     assert {e for e in asked if e.startswith("twell_matmul_pack")} == {kernel}
 
 
-def test_sm90_variant_refuses_empty_depth(gpu, rng):
-    from twell import _cupy_backend
+def test_an_empty_depth_takes_the_mma_kernel(gpu):
+    # The Hopper kernel's TMA boxes need K > 0: the policy sends K = 0 to mma.sync, whose
+    # product is all zeros.
+    from twell._cuda import _policy
 
     x, w = gpu.xp.zeros((4, 0), dtype=BF16), gpu.xp.zeros((8, 0), dtype=BF16)
-    with pytest.raises(ValueError, match=r"x.shape=\(4, 0\)"):
-        _cupy_backend.matmul_pack(x, w, 64, 2, variant="sm90")
+    assert _policy.matmul_variant(x, w) == "mma"
+    a = matmul_to_twell(x, w, tile_width=8, slots=2)
+    assert a.shape == (4, 8) and a.nnz == 0
 
 
 def test_fused_auto_slots_come_from_the_fused_counts(gpu, rng):
@@ -343,7 +353,7 @@ def test_fused_keeps_nan_and_inf(gpu, rng, dtype):
 def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
     # Issue 4's shape: K = 4096, N = 11008, M = 1000 (none a multiple of the reference's
     # blocks); relative error within bf16 rounding against a float64 product.
-    from twell._cupy_backend import cast
+    from twell._cuda._cast import cast
 
     cupy = gpu.xp
     x, w = _fused(gpu, rng, BF16, shape=(1000, 4096, 11008), bias=2.3)
@@ -360,16 +370,17 @@ def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("depth", [72, 37], ids=["vectors", "scalars"])
 @pytest.mark.parametrize("variant", ["dot", "dense"])
-def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth, variant):
+def test_gated_up_kernel_against_float64(gpu, rng, monkeypatch, dtype, depth, variant):
     # Both ways of the gated up projection (twell_gated_up's dot product per entry;
     # cuBLAS's float32 x @ w_up.T read by twell_gated_take, 16-bit only) against
     # gate * (x[row] . w_up[col]) in float64, entry by entry, with the gate's structure kept
     # (the slots past each count zero); the host version is held to the same bound. 16-byte
     # vector loads when D = 72, one value at a time when D = 37.
-    from twell import _cupy_backend, _numpy_backend
+    from twell import _numpy_backend
+    from twell._cuda import _ffn, _policy
 
     if variant == "dense" and dtype not in (F16, BF16):
-        pytest.skip("the dense up projection is for 16-bit values (test_gated_up_errors)")
+        pytest.skip("the dense up projection is for 16-bit values (the policy's rule)")
     x, wg, wu, _ = _weights(rng, 300, depth, 777, 1.0, dtype)
     gate = matmul_to_twell(x, wg, tile_width=64, slots=2)
     assert gate.overflow_nnz > 0
@@ -380,8 +391,8 @@ def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth, variant):
     bound = MATMUL_RTOL[dtype] * np.abs(g64) * (np.abs(x64) * np.abs(w64)).sum(axis=1)
     dev_parts = type(gate._parts)(*(gpu.asarray(p) for p in gate._parts))
     gpu.poison()
-    dev = _cupy_backend.gated_up(dev_parts, gate.shape, 64, gpu.asarray(x), gpu.asarray(wu),
-                                 variant=variant)
+    monkeypatch.setattr(_policy, "gated_up_way", lambda *_: variant)
+    dev = _ffn.gated_up(dev_parts, gate.shape, 64, gpu.asarray(x), gpu.asarray(wu))
     for name, got in [
         ("host", _numpy_backend.gated_up(gate._parts, gate.shape, 64, x, wu)),
         ("gpu", dev),
@@ -404,27 +415,16 @@ def test_gated_up_kernel_against_float64(gpu, rng, dtype, depth, variant):
 def test_gemm_nt_float32_against_float64(gpu, rng, dtype, shape):
     # cuBLAS GemmEx with a float32 output: x @ w.T of 16-bit inputs, accumulated and stored in
     # float32 (so within float32 rounding of the float64 product, far inside 16-bit rounding).
-    from twell import _cupy_backend
+    from twell._cuda import _ffn
 
     m, k, n = shape
     x, w = cast(rng.standard_normal((m, k)), dtype), cast(rng.standard_normal((n, k)), dtype)
     gpu.poison()
-    got = _cupy_backend._gemm_nt_float32(gpu.asarray(x), gpu.asarray(w))
+    got = _ffn._gemm_nt_float32(gpu.asarray(x), gpu.asarray(w))
     assert got.dtype == np.float32 and got.shape == (m, n)
     want = _f64(x) @ _f64(w).T
     bound = 1e-6 * (np.abs(_f64(x)) @ np.abs(_f64(w)).T) + 1e-30
     assert (np.abs(_f64(gpu.to_host(got)) - want) <= bound).all()
-
-
-def test_gated_up_errors(gpu, rng):
-    from twell import _cupy_backend
-
-    x, wg, wu, _ = _weights(rng, 20, 16, 40, 0.0, F32)
-    gate = matmul_to_twell(gpu.asarray(x), gpu.asarray(wg), tile_width=8, slots=2)
-    for variant, match in [("dense", "float16 or bfloat16"), ("sparse", "variant must be")]:
-        with pytest.raises(ValueError, match=match):
-            _cupy_backend.gated_up(gate._parts, gate.shape, 8, gpu.asarray(x), gpu.asarray(wu),
-                                   variant=variant)
 
 
 @pytest.mark.parametrize("nnz, way", [(None, "dot"), (0, "dot"), (5 * 10**5, "dot"),
@@ -432,24 +432,26 @@ def test_gated_up_errors(gpu, rng):
 def test_gated_up_way_follows_the_cost_model(gpu, nnz, way):
     # The paper's gate (16384 x 5632, d_model 2048): the whole product pays from ~1% of it
     # (0.92 M entries) on; an unknown count never takes it.
-    from twell import _cupy_backend
+    from twell._cuda import _policy
 
-    assert _cupy_backend.gated_up_way(16384, 5632, 2048, BF16, nnz) == way
-    assert _cupy_backend.gated_up_way(16384, 5632, 2048, F32, nnz) == "dot"
+    assert _policy.gated_up_way(16384, 5632, 2048, BF16, nnz) == way
+    assert _policy.gated_up_way(16384, 5632, 2048, F32, nnz) == "dot"
+    # float32 never takes the whole product, even where it would pay.
+    assert _policy.gated_up_way(16384, 5632, 2048, F32, 10**8) == "dot"
 
 
 def test_dense_up_pays_from_about_one_percent():
     # The cost model alone (no GPU): at the paper's gate (16384 x 5632, d_model 2048) the
     # whole product pays between 0.5% and 2% non-zero, never for an unknown count or a small
     # product, and once it pays it pays for every denser gate.
-    from twell import _layout
+    from twell._cuda import _policy
 
     m, h, d = 16384, 5632, 2048
-    assert not _layout.dense_up_pays(m, h, d, None)
-    assert not _layout.dense_up_pays(m, h, d, int(0.005 * m * h))
-    assert _layout.dense_up_pays(m, h, d, int(0.02 * m * h))
-    assert not _layout.dense_up_pays(64, 64, 64, 64 * 64)
-    pays = [_layout.dense_up_pays(m, h, d, int(p * m * h)) for p in np.linspace(0, 1, 101)]
+    assert not _policy.dense_up_pays(m, h, d, None)
+    assert not _policy.dense_up_pays(m, h, d, int(0.005 * m * h))
+    assert _policy.dense_up_pays(m, h, d, int(0.02 * m * h))
+    assert not _policy.dense_up_pays(64, 64, 64, 64 * 64)
+    pays = [_policy.dense_up_pays(m, h, d, int(p * m * h)) for p in np.linspace(0, 1, 101)]
     assert pays == sorted(pays)
 
 
@@ -457,11 +459,11 @@ def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng,
     # A gate ~16% non-zero on a product past DENSE_PRODUCT_MIN_WORK (512 x 8192 x 1024): the
     # layer computes x @ w_up.T whole (once) and is still the float64 layer within bf16
     # rounding.
-    from twell import _cupy_backend
+    from twell._cuda import _ffn
 
     calls = []
-    whole = _cupy_backend._gemm_nt_float32
-    monkeypatch.setattr(_cupy_backend, "_gemm_nt_float32",
+    whole = _ffn._gemm_nt_float32
+    monkeypatch.setattr(_ffn, "_gemm_nt_float32",
                         lambda *a: calls.append(a[1].shape) or whole(*a))
     x, wg, wu, wd = _weights(rng, 512, 1024, 8192, 1.0, BF16)
     gpu.poison()

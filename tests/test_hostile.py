@@ -307,7 +307,7 @@ def test_a_coo_input_broken_after_construction_is_a_value_error_naming_it(backen
 def test_a_bad_column_in_a_row_too_long_for_the_gpu_row_sort_is_named(gpu):
     # Rows longer than CSR_SORT_MAX_ROW and out of order leave the GPU's row sort for the
     # global sort, unchecked by the kernel: the launcher checks them on the host's terms.
-    from twell._cupy_backend import CSR_SORT_MAX_ROW
+    from twell._cuda._canonical import CSR_SORT_MAX_ROW
 
     n = CSR_SORT_MAX_ROW + 100
     k = 2 * n

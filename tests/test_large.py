@@ -10,13 +10,14 @@ float32 results are exact. GPU only; skipped, with the reason, without the memor
 
 import numpy as np
 import pytest
+from helpers import GPU_SKIP_REASON
 
 import twell
 
 # "slow" marks the tests on the 2**31-slot matrix: leave them out of the sanitizer run
 # (scripts/sanitize.sh -m "not slow"), where they would take hours.
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not twell.cuda_available(), reason="needs a CUDA GPU")]
+              pytest.mark.skipif(not twell.cuda_available(), reason=GPU_SKIP_REASON)]
 
 # 2**17 + 2**13 rows x 64 tiles of 256 columns x 256 slots: 2.28e9 stored slots (> 2**31);
 # counts 254..256 give about 2.27e9 non-zeros (> 2**31).
@@ -128,23 +129,22 @@ def test_cupyx_conversions_refuse_more_than_2_31_entries(big):
 
 
 def test_wide_and_tall_products_stay_within_the_grid_limits(gpu, monkeypatch, rng):
-    # Guards the launcher: twell_spmm_rows has at most 65535 column blocks on grid y and
-    # twell_spmm_mma at most 65535 row blocks; with the limit lowered to 2, products split
-    # into column chunks and the tensor-core kernel gives way, and the results do not change.
-    from twell import _cupy_backend
+    # Guards the launcher: twell_spmm_rows has at most 65535 column blocks on grid y; with
+    # the limit lowered to 2, products split into column chunks, and the results do not
+    # change.
+    from twell._cuda import _policy, _spmm
 
     x = np.where(rng.random((700, 300)) < 0.05, rng.integers(1, 9, (700, 300)) / 4, 0.0)
     for dtype in (np.float32, twell.bfloat16):
         a = twell.TwELLMatrix(gpu.asarray(x.astype(dtype)), tile_width=256, slots=2)
         b = (rng.integers(-4, 5, (300, 200)) / 4).astype(dtype)
         ref = (x.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).astype(dtype)
-        for variant in (None, "mma"):  # the gather kernel, and the tensor-core one (bf16)
-            def product(variant=variant, a=a, b=b, dtype=dtype):
-                return _cupy_backend.spmm(a._parts, a.shape, a.tile_width, gpu.asarray(b),
-                                          np.dtype(dtype), variant=variant).get()
-            want = product()
-            monkeypatch.setattr(_cupy_backend, "_MAX_GRID_Y", 2)
-            got = product()
-            monkeypatch.undo()
-            np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
-            np.testing.assert_array_equal(got.astype(np.float64), ref.astype(np.float64))
+        def product(a=a, b=b, dtype=dtype):
+            return _spmm.spmm(a._parts, a.shape, a.tile_width, gpu.asarray(b),
+                              np.dtype(dtype)).get()
+        want = product()
+        monkeypatch.setattr(_policy, "MAX_GRID_Y", 2)
+        got = product()
+        monkeypatch.undo()
+        np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+        np.testing.assert_array_equal(got.astype(np.float64), ref.astype(np.float64))

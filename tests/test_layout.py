@@ -173,7 +173,7 @@ def test_cuda_header_agrees_with_python_layout():
     """cuda_src/twell_layout.cuh computes n_tiles and packed capacities like _layout.py."""
     import cupy
 
-    from twell import _kernels
+    from twell._cuda import _compile
 
     rng = np.random.default_rng(7)
     n_cols = np.concatenate([[0, 1, 255, 256, 257, 65536, 2**31 - 1],
@@ -183,7 +183,7 @@ def test_cuda_header_agrees_with_python_layout():
     n = n_cols.size
     out_tiles = cupy.full(n, -1, dtype=np.int64)
     out_capacity = cupy.full(n, -1, dtype=np.int32)
-    probe = _kernels.function("unpack.cu", "twell_layout_probe")
+    probe = _compile.function("unpack.cu", "twell_layout_probe")
     probe((-(-n // 128),), (128,), (cupy.asarray(n_cols), cupy.asarray(tile_width), np.int32(n),
                                    out_tiles, out_capacity))
     want = [_layout.n_tiles(int(k), int(t)) for k, t in zip(n_cols, tile_width, strict=True)]

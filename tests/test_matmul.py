@@ -353,24 +353,24 @@ def test_matmul_to_twell_knows_the_entry_count(backend, rng):
     (0.80, 4, True, True),
 ])
 def test_dense_product_choice_on_the_measured_shape(sparsity, itemsize, nnz_known, dense):
-    from twell import _layout
+    from twell._cuda import _policy
 
     m, k, n = 16384, 5632, 2048
     nnz = round((1 - sparsity) * m * k) if nnz_known else None
-    assert _layout.dense_product_pays(m, k, n, itemsize, nnz) is dense
+    assert _policy.dense_product_pays(m, k, n, itemsize, nnz) is dense
     # A product too small for cuBLAS to pay back the densification always gathers.
-    assert not _layout.dense_product_pays(64, 64, 64, itemsize, 64 * 64)
+    assert not _policy.dense_product_pays(64, 64, 64, itemsize, 64 * 64)
 
 
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
 def test_narrow_products_need_a_denser_matrix_to_densify(itemsize):
     # The densification costs M * K whatever N is: the fewer the columns of B, the denser A
     # must be, and a matrix-vector product (A.sum(axis=1) included) never densifies.
-    from twell import _layout
+    from twell._cuda import _policy
 
-    densities = [_layout.dense_product_density(n, itemsize) for n in (1, 16, 256, 2048, 8192)]
+    densities = [_policy.dense_product_density(n, itemsize) for n in (1, 16, 256, 2048, 8192)]
     assert densities == sorted(densities, reverse=True)
     assert densities[0] > 1
     m = k = 1 << 17
-    assert not _layout.dense_product_pays(m, k, 1, itemsize, m * k)  # full, and still not
-    assert _layout.dense_product_pays(m, k, 2048, itemsize, m * k)
+    assert not _policy.dense_product_pays(m, k, 1, itemsize, m * k)  # full, and still not
+    assert _policy.dense_product_pays(m, k, 2048, itemsize, m * k)

@@ -12,12 +12,13 @@ matmul_to_twell, sparse_ffn, save, load; PyTorch interop (torch is optional):
 from_torch, to_torch, from_torch_parts, from_torch_array, TorchParts.
 """
 
-from ._backend import cupy_available as cuda_available
+from ._arrays import cupy_available as cuda_available
+from ._dlpack import TorchParts, from_torch_array, to_torch
 from ._ell import ELLMatrix
 from ._ffn import matmul_to_twell, sparse_ffn
 from ._io import load, save
 from ._layout import AUTO_MAX_FACTOR, AUTO_OVERFLOW_FRACTION, DEFAULT_TILE_WIDTH, auto_slots
-from ._torch import TorchParts, from_torch, from_torch_array, from_torch_parts, to_torch
+from ._torch import from_torch, from_torch_parts
 from ._twell import TwELLMatrix
 from ._validation import SUPPORTED_DTYPES, bfloat16
 from ._version import __version__

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _layout
-from ._backend import array_module, backend
+from ._arrays import array_module
 
 
 class Parts(NamedTuple):
@@ -66,16 +66,25 @@ def is_nonzero(values):
     return (values.view(utype) & utype(magnitude)) != 0
 
 
-def exclusive_cumsum(x):
-    """``[0, x0, x0+x1, ...]`` as int64, one element longer than ``x`` (flattened).
+#: Exclusive scans faster than ``xp.cumsum``, by array module. A backend that has one
+#: registers it when it loads (:func:`register_scan`); the results are the same integers.
+_SCANS = {}
 
-    On CuPy, one kernel (``_cupy_backend.exclusive_scan``) instead of ``cupy.cumsum``.
-    """
+
+def register_scan(xp, scan):
+    """Have :func:`exclusive_cumsum` use ``scan(x)`` for ``xp`` arrays (the CuPy backend's
+    one-kernel scan, where ``cupy.cumsum`` launches several kernels and a temporary)."""
+    _SCANS[xp] = scan
+
+
+def exclusive_cumsum(x):
+    """``[0, x0, x0+x1, ...]`` as int64, one element longer than ``x`` (flattened)."""
     xp = array_module(x)
-    if xp is not np:
-        return backend(xp).exclusive_scan(x)
-    out = np.zeros(x.size + 1, dtype=np.int64)
-    np.cumsum(x, out=out[1:])
+    scan = _SCANS.get(xp)
+    if scan is not None:
+        return scan(x)
+    out = xp.zeros(x.size + 1, dtype=np.int64)
+    xp.cumsum(x.reshape(-1), out=out[1:])
     return out
 
 
@@ -84,9 +93,9 @@ def count_sorted(keys, size):
 
     Two binary searches per key value instead of a histogram: memory grows with ``size``
     and the keys, never with the launch. CuPy's ``bincount`` runs CUB's privatised
-    histogram, whose scratch holds one ``size``-long histogram per thread block: 868 MB to
-    count the 360 k (row, tile) pairs of the paper's FFN activations on an H200, ~10 GB for
-    a 10^6-row Poisson matrix with 4096-wide tiles. Every caller's keys are sorted (they
+    histogram, whose scratch holds one ``size``-long histogram per thread block: hundreds of
+    MB to count the 360 k (row, tile) pairs of the paper's FFN activations, ~10 GB for a
+    10^6-row Poisson matrix with 4096-wide tiles. Every caller's keys are sorted (they
     follow canonical CSR order).
     """
     xp = array_module(keys)

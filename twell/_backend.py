@@ -1,88 +1,23 @@
-"""Backend choice: NumPy or CuPy, decided by where the arrays live.
+"""Backend choice: the NumPy or the CuPy backend, decided by where the arrays live.
 
-This is the only module that imports CuPy. ``import twell`` works without it;
-the CuPy backend loads on first use of a CuPy array.
+Both backends implement the contract of :mod:`twell._contract`; :func:`backend` returns the
+one for an array module. The CuPy backend is imported on first use (it imports CuPy and
+compiles nothing until a kernel runs).
 """
 
 import functools
 
 import numpy as np
 
-try:  # CuPy is optional: the NumPy path runs everywhere.
-    import cupy as _cupy
-    import cupyx.scipy.sparse as _cupyx_sparse
-except ImportError:  # pragma: no cover - depends on the machine
-    _cupy = None
-    _cupyx_sparse = None
-
-
-def cupy_available():
-    """True when CuPy imports and sees at least one CUDA device."""
-    if _cupy is None:
-        return False
-    try:
-        return _cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any CUDA error means "no usable GPU"
-        return False
-
-
-def cupy_module():
-    """The ``cupy`` module, or an ImportError that says how to get it."""
-    if _cupy is None:
-        raise ImportError(
-            "this operation needs CuPy; install twell[cuda12] or twell[cuda13]"
-        )
-    return _cupy
-
-
-def is_cupy_array(x):
-    """True for a ``cupy.ndarray``."""
-    return _cupy is not None and isinstance(x, _cupy.ndarray)
-
-
-def is_cupyx_sparse(x):
-    """True for any ``cupyx.scipy.sparse`` matrix."""
-    return _cupyx_sparse is not None and _cupyx_sparse.issparse(x)
-
-
-def cupyx_sparse():
-    """The ``cupyx.scipy.sparse`` module (CuPy must be installed)."""
-    cupy_module()
-    return _cupyx_sparse
-
-
-def array_module(*arrays):
-    """``numpy`` or ``cupy``, whichever holds the given arrays.
-
-    Raises
-    ------
-    TypeError
-        When NumPy and CuPy arrays are mixed: twell never copies between host
-        and device behind the user's back.
-    """
-    on_gpu = [is_cupy_array(a) for a in arrays if a is not None]
-    if any(on_gpu):
-        if not all(on_gpu):
-            raise TypeError(
-                "cannot mix NumPy (host) and CuPy (device) arrays; move one side "
-                "explicitly with cupy.asarray(...) or .get()"
-            )
-        return _cupy
-    return np
-
 
 @functools.cache
 def backend(xp):
-    """The backend module (``_numpy_backend`` or ``_cupy_backend``) for ``xp``."""
+    """The backend module (:mod:`twell._numpy_backend` or :mod:`twell._cuda._backend`) for
+    ``xp``."""
     if xp is np:
         from . import _numpy_backend
 
         return _numpy_backend
-    from . import _cupy_backend
+    from ._cuda import _backend as cuda_backend
 
-    return _cupy_backend
-
-
-def to_numpy(x):
-    """Device-to-host copy of a CuPy array; NumPy arrays pass through."""
-    return x.get() if is_cupy_array(x) else x
+    return cuda_backend

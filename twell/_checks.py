@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from . import _backend, _layout
+from . import _arrays, _layout
 from ._algorithms import expand_indptr, is_nonzero, slot_mask
 from ._validation import SUPPORTED_DTYPES
 
@@ -16,7 +16,7 @@ def _expect_all(ok, message, name, array):
     """Raise when ``ok`` is not all true, naming the first failing position and its value."""
     if bool(ok.all()):  # host sync on the GPU: validation must decide here
         return
-    xp = _backend.array_module(ok)
+    xp = _arrays.array_module(ok)
     where = tuple(int(i) for i in xp.argwhere(~ok)[0])
     at = where[:array.ndim]
     value = array[at].item() if hasattr(array[at], "item") else array[at]
@@ -31,7 +31,7 @@ def _dtype(name, array, expected):
 
 def validate_parts(parts, shape, tile_width):
     """Raise TypeError/ValueError naming the first broken invariant."""
-    xp = _backend.array_module(*parts)
+    xp = _arrays.array_module(*parts)
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
     counts, data, indices, indptr, ocols, odata = parts
@@ -157,7 +157,7 @@ def check_csr(indptr, indices, shape, names=("indptr", "indices")):
     if m > 0:
         step = indptr[1:] >= indptr[:-1]
         if not bool(step.all()):
-            xp = _backend.array_module(step)
+            xp = _arrays.array_module(step)
             i = int(xp.argmin(step)) + 1
             raise ValueError(f"{pname} must never decrease; got {pname}[{i}]={int(indptr[i])} "
                              f"after {pname}[{i - 1}]={int(indptr[i - 1])}")

@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from . import _backend, _files
+from . import _arrays, _files
 from ._validation import SUPPORTED_DTYPES
 from ._version import __version__
 
@@ -466,7 +466,7 @@ def run_demo(args):
     ``slots="auto"``, which on the GPU includes a small device-to-host copy
     to choose the slot count, and with that count given.
     """
-    gpu = not args.cpu and _backend.cupy_available()
+    gpu = not args.cpu and _arrays.cupy_available()
     size = args.size or ("medium" if gpu else "small")
     m, k = SIZES[size]
     dev = _GPU() if gpu else _CPU(size)
@@ -516,9 +516,9 @@ class _GPU:
     def __init__(self):
         import scipy
 
-        cp = _backend.cupy_module()
+        cp = _arrays.cupy_module()
         self.xp = cp
-        self.csr = _backend.cupyx_sparse().csr_matrix
+        self.csr = _arrays.cupyx_sparse().csr_matrix
         self.warmup, self.runs = GPU_RUNS
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         name = props["name"]

@@ -9,7 +9,7 @@ the device depending on where the input lives.
 import numpy as np
 import scipy.sparse as sp
 
-from . import _algorithms, _backend
+from . import _algorithms, _arrays, _backend
 from ._checks import check_coo
 from ._validation import check_dense, check_shape, check_storage, value_dtype
 
@@ -37,7 +37,7 @@ class CSR:
 
 def dense(x, dtype=None, name="x"):
     """Validate and normalise a dense NumPy/CuPy array (or array-like)."""
-    xp = _backend.array_module(x)
+    xp = _arrays.array_module(x)
     if xp is np and not isinstance(x, np.ndarray):
         x = np.asarray(x)
         if x.dtype == object:
@@ -56,7 +56,7 @@ def csr_from_coo(rows, cols, vals, shape, dtype=None, names=None):
     to lie within ``shape`` (:func:`twell._checks.check_coo`); ``None`` for twell's own
     arrays, which need no check.
     """
-    xp = _backend.array_module(rows, cols, vals)
+    xp = _arrays.array_module(rows, cols, vals)
     if names is not None:
         check_coo(rows, cols, shape, names)
     vdtype = value_dtype(vals.dtype if dtype is None else dtype, "data.dtype")
@@ -77,7 +77,7 @@ def csr_from_rows(indptr, indices, data, shape, dtype=None, names=("x.indptr", "
     have been changed since. The result may share ``indptr`` with the input (when it is
     int64 and nothing is dropped).
     """
-    xp = _backend.array_module(indptr, indices, data)
+    xp = _arrays.array_module(indptr, indices, data)
     vdtype = value_dtype(data.dtype if dtype is None else dtype, "data.dtype")
     if data.dtype != vdtype:
         data = _backend.backend(xp).cast(data, vdtype)
@@ -122,18 +122,13 @@ def _coo_names(x):
 def coerce(x, dtype=None, storage=None):
     """Classify and normalise constructor input.
 
-    Returns a :class:`Dense` or :class:`CSR`, or the TwELLMatrix/ELLMatrix
-    itself (the caller converts those). ``storage``: ``(tile_width, slots)``
-    of the TwELL matrix to be built from sparse input, checked against the
-    storage limit before anything of size ``M`` is allocated.
+    Returns a :class:`Dense` or :class:`CSR`. twell's own matrices are not input here:
+    each container converts those itself. ``storage``: ``(tile_width, slots)`` of the
+    TwELL matrix to be built from sparse input, checked against the storage limit before
+    anything of size ``M`` is allocated.
     """
-    from ._ell import ELLMatrix
-    from ._twell import TwELLMatrix
-
-    if isinstance(x, (TwELLMatrix, ELLMatrix)):
-        return x
     if sp.issparse(x):
         return scipy_sparse(x, dtype, storage)
-    if _backend.is_cupyx_sparse(x):
+    if _arrays.is_cupyx_sparse(x):
         return cupyx_sparse(x, dtype, storage)
     return dense(x, dtype)

@@ -2,11 +2,12 @@
 
 import numpy as np
 
-from . import _algorithms, _backend, _convert
+from . import _algorithms, _arrays, _convert
+from ._base import SparseMatrix
 from ._validation import operator_index, value_dtype
 
 
-class ELLMatrix:
+class ELLMatrix(SparseMatrix):
     """Sparse matrix in row-wise ELLPACK format.
 
     Every row stores ``width`` (value, column) slots: its non-zeros sorted by
@@ -53,31 +54,21 @@ class ELLMatrix:
     """
 
     format = "ell"
-    ndim = 2
-    __array_ufunc__ = None
-    __array_priority__ = 100.0
 
     def __init__(self, arg, *, width=None, dtype=None):
-        from ._twell import TwELLMatrix
-
-        if isinstance(arg, ELLMatrix):
-            rows, cols, vals = arg._coo()
-            src = _convert.csr_from_coo(rows, cols, vals, arg.shape, dtype)
-        elif isinstance(arg, TwELLMatrix):
-            a = arg if dtype is None else arg.astype(dtype)
-            indptr, indices, data = a._csr_arrays()
-            src = _convert.CSR(indptr, indices, data, a.shape)
+        if isinstance(arg, SparseMatrix):
+            src = arg._csr_input(dtype)
         else:
             src = _convert.coerce(arg, dtype)
             if src.kind == "dense":
-                xp = _backend.array_module(src.array)
+                xp = _arrays.array_module(src.array)
                 rows, cols = xp.nonzero(_algorithms.is_nonzero(src.array))
                 src = _convert.CSR(*_algorithms.coo_to_csr(rows, cols, src.array[rows, cols],
                                                            src.shape[0]), src.shape)
         self._from_csr(src, width)
 
     def _from_csr(self, src, width):
-        xp = _backend.array_module(src.indptr)
+        xp = _arrays.array_module(src.indptr)
         m = src.shape[0]
         lengths = xp.diff(src.indptr)
         longest = int(lengths.max()) if m else 0  # host sync on the GPU: the width
@@ -100,6 +91,7 @@ class ELLMatrix:
         self.shape = src.shape
 
     dtype = property(lambda self: self.data.dtype, doc="Value dtype.")
+    _storage = property(lambda self: self.data)
     width = property(lambda self: self.data.shape[1], doc="Slots per row.")
 
     @property
@@ -138,11 +130,11 @@ class ELLMatrix:
         validate_ell(self.data, self.indices, self.shape)
 
     def _coo(self):
-        xp = _backend.array_module(self.data)
+        xp = _arrays.array_module(self.data)
         rows, slot = xp.nonzero(_algorithms.is_nonzero(self.data))  # sorted by (row, column)
         return rows, self.indices[rows, slot].astype(np.int64), self.data[rows, slot]
 
-    def _as_csr_input(self, dtype=None):
+    def _csr_input(self, dtype=None):
         rows, cols, vals = self._coo()
         if dtype is None:
             return _convert.CSR(*_algorithms.coo_to_csr(rows, cols, vals, self.shape[0]),
@@ -152,7 +144,7 @@ class ELLMatrix:
 
     def toarray(self):
         """Dense array (NumPy or CuPy, where the matrix lives)."""
-        xp = _backend.array_module(self.data)
+        xp = _arrays.array_module(self.data)
         out = xp.zeros(self.shape, dtype=self.dtype)
         rows, cols, vals = self._coo()
         out[rows, cols] = vals
@@ -166,15 +158,9 @@ class ELLMatrix:
         """scipy ``coo_array`` (host) or cupyx ``coo_matrix`` (device)."""
         return self.to_twell().tocoo()
 
-    def to_twell(self, tile_width=256, slots="auto"):
-        """Convert to :class:`TwELLMatrix`."""
-        from ._twell import TwELLMatrix
-
-        return TwELLMatrix(self, tile_width=tile_width, slots=slots)
-
     def get(self):
         """Host copy (itself when already on the host)."""
-        if not _backend.is_cupy_array(self.data):
+        if not _arrays.is_cupy_array(self.data):
             return self
         out = ELLMatrix.__new__(ELLMatrix)
         out.data, out.indices, out.shape = self.data.get(), self.indices.get(), self.shape

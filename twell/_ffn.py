@@ -12,7 +12,7 @@ activation, the packing kernel), as ``sparse_ffn`` does for its up and down proj
 
 import numpy as np
 
-from . import _backend, _layout
+from . import _arrays, _backend, _layout
 from ._twell import TwELLMatrix, _matmul
 from ._validation import (
     accumulator_dtype,
@@ -30,7 +30,7 @@ _ACTIVATE = {"relu": lambda xp, z: xp.maximum(z, 0)}
 ACTIVATIONS = tuple(_ACTIVATE)
 
 def _array(x, name, xp):
-    if not (isinstance(x, np.ndarray) or _backend.is_cupy_array(x)):
+    if not (isinstance(x, np.ndarray) or _arrays.is_cupy_array(x)):
         x = xp.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D; got {name}.shape={x.shape}")
@@ -55,7 +55,7 @@ def _check_linear(w, name, out_features, in_features, out_name, in_name):
 
 def _activate(z, activation):
     """``activation`` (one of ACTIVATIONS: the callers check it first) applied to ``z``."""
-    return _ACTIVATE[activation](_backend.array_module(z), z)
+    return _ACTIVATE[activation](_arrays.array_module(z), z)
 
 
 def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_WIDTH,
@@ -120,7 +120,7 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
     array([[1. , 0. , 0. ],
            [2. , 0.5, 2.5]])
     """
-    xp = _backend.array_module(x, w)
+    xp = _arrays.array_module(x, w)
     x, w = _array(x, "x", xp), _array(w, "w", xp)
     m, k = x.shape
     if w.ndim != 2 or w.shape[1] != k:
@@ -186,7 +186,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     The gated up projection is one dot product per entry of the gate (a warp each on the GPU,
     ``twell_gated_up``), except on the GPU for 16-bit values where the gate is dense enough
     that the whole product pays (about 1% non-zero at the paper's shape; the cost model is
-    ``twell._layout.dense_up_pays``): there cuBLAS computes ``x @ w_up.T`` in float32 (an
+    ``twell._cuda._policy.dense_up_pays``): there cuBLAS computes ``x @ w_up.T`` in float32 (an
     ``M x hidden`` float32 temporary) and ``twell_gated_take`` reads it at the gate's
     entries. Either way each product accumulates in float32 and rounds once. The down
     projection is the TwELL SpMM, which picks its own way by density. Up-projection products
@@ -208,7 +208,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     if gated and w_gate is None:
         raise ValueError("w_gate is required when gated=True (gated=False computes "
                          "relu(x @ w_up.T) @ w_down.T without it)")
-    xp = _backend.array_module(x, w_gate if gated else None, w_up, w_down)
+    xp = _arrays.array_module(x, w_gate if gated else None, w_up, w_down)
     x = _array(x, "x", xp)
     m, d_model = x.shape
     w_up = _array(w_up, "w_up", xp)

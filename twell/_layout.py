@@ -95,7 +95,7 @@ def _counts(tile_counts_histogram):
     """The histogram as a list of Python ints without its trailing zero bins. The choice of
     slots runs on the host after the GPU's read-back while the GPU waits: plain integers over
     the few occupied bins take a few microseconds where a dozen NumPy calls on all
-    ``tile_width + 1`` bins took ~50 (H200 host, eighteenth session)."""
+    ``tile_width + 1`` bins take tens."""
     hist = np.asarray(tile_counts_histogram, dtype=np.int64).reshape(-1)
     occupied = np.flatnonzero(hist)
     return hist[: occupied[-1] + 1].tolist() if occupied.size else []
@@ -156,7 +156,7 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     cap, 4 x 41 = 164 slots, leaves 7% of the entries in the overflow and 0.79 GB. It leaves
     the choice alone on the activations of a ReLU layer (6-7, 19 and 32 slots at 99%, 95%
     and 90% sparsity, uniform or hot columns, ``tile_width=256``) and on the benchmark's
-    10^6-row stencil and Pareto(2) graph (``benchmarks/NOTES.md``, twenty-fourth session).
+    10^6-row stencil and Pareto(2) graph.
 
     Parameters
     ----------
@@ -201,69 +201,3 @@ def checked_histogram(hist, tile_width):
 def histogram_nnz(tile_counts_histogram):
     """Non-zeros counted by a histogram of per-tile counts: ``sum_c hist[c] * c``."""
     return _nnz(_counts(tile_counts_histogram))
-
-
-#: The cost model that chooses how ``A @ B`` runs on a GPU, by value itemsize, from the
-#: paper's down projection on an H200 (M = 16384, K = 5632, N = 2048; ``benchmarks/NOTES.md``,
-#: 2026-12-03): ``GATHER_SECONDS`` per (stored entry x column of B) for the gather kernel
-#: (16-bit: 2.6e-13, which puts the model's crossover where the gather kernel with one warp
-#: per block and cuBLAS measured theirs, 1.06% at N = 2048 (the slope alone, 2.34e-13,
-#: leaves out the kernel's fixed ~0.07 ms); float32: 3.5e-13 at 90-99%; float64: twice
-#: float32's bytes, not measured on this shape), ``GEMM_MACS`` multiply-adds per second of
-#: cuBLAS (16-bit on tensor cores: 4.5e14; float32 without TF32: 2.5e13; float64: 3.1e13),
-#: and ``DENSIFY_BYTES`` per second for ``A.toarray()`` (written, then read by the GEMM).
-GATHER_SECONDS = {2: 2.6e-13, 4: 3.5e-13, 8: 7e-13}
-GEMM_MACS = {2: 4.5e14, 4: 2.5e13, 8: 3.1e13}
-DENSIFY_BYTES = 1.8e12
-
-#: Products with fewer multiply-adds (``M * K * N``) always gather: below this the
-#: densified product's extra launches and its ``M x K`` temporary do not pay.
-DENSE_PRODUCT_MIN_WORK = 2**32
-
-
-def dense_product_density(n, itemsize):
-    """Density of A above which ``A.toarray() @ B`` (B with ``n`` columns) beats the gather
-    kernel in the model: ``nnz * n * gather > M * K * n / gemm + M * K * itemsize / densify``.
-
-    At ``n = 2048``: 1.06% for 16-bit values (0.85% from the GEMM's term), 11.7% for float32.
-    The densification's term grows as ``n`` shrinks (above 1 for 16-bit values below about
-    ``n = 5``: a matrix-vector product never densifies).
-    """
-    g = GATHER_SECONDS[itemsize]
-    return 1.0 / (GEMM_MACS[itemsize] * g) + itemsize / (n * DENSIFY_BYTES * g)
-
-
-def dense_product_pays(m, k, n, itemsize, nnz):
-    """Whether ``A @ B`` (A of shape ``(m, k)`` with ``nnz`` entries, B with ``n`` columns)
-    is faster as ``A.toarray() @ B`` on a GPU, by :func:`dense_product_density`. ``nnz=None``
-    (not known without reading the GPU) answers False: the choice never costs a
-    synchronisation."""
-    if nnz is None or n < 1 or m * k * n < DENSE_PRODUCT_MIN_WORK:
-        return False
-    return nnz > dense_product_density(n, itemsize) * m * k
-
-
-#: The gated FFN's up projection on a GPU for 16-bit values (``_cupy_backend.gated_up``):
-#: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
-#: whose x and w_up rows come from L2. Its alternative is cuBLAS's whole product in float32
-#: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. On the paper's gate
-#: (M = 16384, hidden 5632, d_model 2048; H200, ``benchmarks/NOTES.md``, eighteenth session)
-#: the dot products took 0.624 ms at 0.99% non-zero, 0.825 at 1.5%, 1.044 at 2.0%, 2.24 at
-#: 5.0% and 4.32 at 10%, the whole product 0.558 to 0.646; but in the whole layer the whole
-#: product's extra host work (the cuBLAS calls, with the GPU waiting after the gate's read)
-#: made it 0.036 ms slower at 0.99% and 0.21 faster at 1.5%: even at ~1.05%, where this
-#: value puts the model's crossover.
-GATED_DOT_SECONDS = 3.2e-13
-
-
-def dense_up_pays(m, h, d, nnz):
-    """Whether the gated FFN's up projection (``x`` of shape ``(m, d)``, ``w_up`` ``(h, d)``)
-    at a gate of ``nnz`` entries is faster computed whole (``x @ w_up.T`` in float32 by cuBLAS,
-    then read at the entries) than as a dot product per entry, in the model above:
-    ``nnz * d * GATED_DOT_SECONDS > m * h * d / GEMM_MACS + 4 * m * h / DENSIFY_BYTES``, for
-    16-bit values. At the paper's shape the crossover is ~1% of the gate non-zero.
-    ``nnz=None`` answers False, as do products below ``DENSE_PRODUCT_MIN_WORK``."""
-    if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
-        return False
-    dense = m * h * d / GEMM_MACS[2] + 4 * m * h / DENSIFY_BYTES
-    return nnz * d * GATED_DOT_SECONDS > dense

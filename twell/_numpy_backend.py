@@ -1,7 +1,8 @@
 """NumPy backend: the executable specification of every TwELL primitive.
 
-Each public function here has a twin of the same name and signature in
-``_cupy_backend`` that runs CUDA kernels. The code is vectorised (no Python
+Each public function here is one of the backend contract (:mod:`twell._contract`), which
+the CuPy backend (:mod:`twell._cuda`) implements with the same names and signatures as
+CUDA kernels. The code is vectorised (no Python
 loop visits every row or entry: spmm's loops run over the ranks of a row's
 entries and over the few rows longer than the ranks it steps through) and uses
 NumPy alone, so that scipy.sparse stays an independent oracle in the tests.
@@ -23,7 +24,7 @@ from ._algorithms import (  # noqa: F401 - tile_counts_csr: this backend's API
     to_coo,
 )
 from ._checks import check_csr
-from ._validation import accumulator_dtype, bfloat16
+from ._validation import accumulator_dtype, bfloat16, check_storage
 
 
 def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
@@ -111,8 +112,8 @@ def to_dense(parts, shape, tile_width):
 
     Every used slot goes straight to its place, ``row * K + tile * T + index``, as the GPU's
     ``twell_unpack_dense`` writes it; the overflow entries follow. The entries are never put
-    in order (:func:`to_coo`'s layout and scatters took 1.4-3.8x longer: 4096 x 5632 float32
-    at 1-10%, 23-126 ms against 16-33, ``benchmarks/results/2026-12-04-cpu-x/``).
+    in order (:func:`to_coo`'s layout and scatters take 1.4-3.8x longer on 4096 x 5632
+    float32 activations at 1-10%).
     """
     m, k = shape
     out = np.zeros(shape, dtype=parts.data.dtype)
@@ -220,10 +221,37 @@ def _add_in_order(total, lo, hi, cols, vals, b):
         total[...] = terms[-1]
 
 
+def exclusive_scan(values):
+    """``[0, v0, v0 + v1, ...]`` of the flattened integer ``values`` (int64, one longer)."""
+    return _algorithms.exclusive_cumsum(values.reshape(-1))
+
+
 def matmul_pack_supported(x, w, tile_width):
-    """The host has no fused GEMM -> TwELL: ``matmul_to_twell`` composes the product,
-    the activation and :func:`pack_dense`."""
-    return False
+    """Whether :func:`matmul_pack` takes these operands: both of one value dtype."""
+    return x.dtype == w.dtype
+
+
+def _relu_product(x, w):
+    """``relu(x @ w.T)`` accumulated in float32 (float64 for float64) and rounded once."""
+    acc = accumulator_dtype(x.dtype)
+    return cast(np.maximum(cast(x, acc) @ cast(w, acc).T, 0), x.dtype)
+
+
+def matmul_pack(x, w, tile_width, slots):
+    """``relu(x @ w.T)`` packed into TwELL parts: ``(parts, nnz)``. The host has no fused
+    kernel: the product is computed whole, then packed (:func:`pack_dense`)."""
+    return pack_dense(_relu_product(x, w), tile_width, slots)
+
+
+def matmul_pack_auto(x, w, tile_width):
+    """:func:`matmul_pack` with ``slots="auto"`` picked from the product's per-tile counts:
+    ``(parts, slots, nnz)``."""
+    z = _relu_product(x, w)
+    hist = count_histogram(tile_counts_dense(z, tile_width), tile_width + 1)
+    slots, n_over, nnz = _layout.auto_choice(_layout.checked_histogram(hist, tile_width),
+                                             tile_width)
+    check_storage(z.shape, tile_width, slots)
+    return pack_dense(z, tile_width, slots, n_over)[0], slots, nnz
 
 
 # Bound on the temporary (entries x D) block of gated_up, in elements.
@@ -233,7 +261,7 @@ _UP_CHUNK = 1 << 22
 def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
 
-    As ``_cupy_backend.gated_up``: the dot products accumulate in float32 (float64 for
+    As the CuPy backend's: the dot products accumulate in float32 (float64 for
     float64) and round once; products that come out zero stay stored. ``nnz_hint`` (the
     GPU's choice of way) is not used: the CPU computes a dot product per entry.
     """

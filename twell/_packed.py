@@ -9,7 +9,7 @@ stale words after the count.
 
 import numpy as np
 
-from . import _backend, _layout
+from . import _arrays, _layout
 from ._algorithms import Parts, slot_mask
 from ._validation import bfloat16, check_compression, check_shape
 
@@ -63,13 +63,15 @@ def to_packed(a, compression):
 
 
 def from_packed(words, shape, compression):
-    """uint32 words -> (canonical Parts, shape) with T=256, S=256/C-1."""
+    """uint32 words -> ``(parts, shape, has_zeros)``, T=256, S=256/C-1: the parts in
+    canonical order, except that entries whose value is an explicit zero are still stored
+    when ``has_zeros`` (the caller repacks them away)."""
     c = check_compression(compression)
     m, k = check_shape(shape)
     _check_columns(k, "from_packed")
-    if not (isinstance(words, np.ndarray) or _backend.is_cupy_array(words)):
+    if not (isinstance(words, np.ndarray) or _arrays.is_cupy_array(words)):
         words = np.asarray(words)
-    xp = _backend.array_module(words)
+    xp = _arrays.array_module(words)
     if words.dtype != np.uint32:
         raise TypeError(f"words must be uint32; got words.dtype={words.dtype}")
     if words.shape != (m, k // c):
@@ -115,9 +117,5 @@ def from_packed(words, shape, compression):
         xp.zeros(0, dtype=_layout.OVERFLOW_INDEX_DTYPE),
         xp.zeros(0, dtype=bfloat16),
     )
-    # Explicit zeros (+0 or -0 bits) are not entries: drop them the general way.
-    if bool((mask & ((bits & np.uint16(0x7FFF)) == 0)).any()):  # host sync
-        from ._twell import TwELLMatrix
-
-        parts = TwELLMatrix._from_parts(parts, (m, k), _T)._repack(_T, cap)._parts
-    return parts, (m, k)
+    has_zeros = bool((mask & ((bits & np.uint16(0x7FFF)) == 0)).any())  # host sync
+    return parts, (m, k), has_zeros

@@ -37,7 +37,7 @@ import uuid
 
 import numpy as np
 
-from . import _backend
+from . import _arrays
 from ._io import load as _load_block_file
 from ._io import save as _save_block_file
 from ._layout import DEFAULT_TILE_WIDTH
@@ -175,7 +175,7 @@ class DaskTwELLMatrix:
         return "cuda" if self._on_gpu else "cpu"
 
     def _xp(self):
-        return _backend.cupy_module() if self._on_gpu else np
+        return _arrays.cupy_module() if self._on_gpu else np
 
     def __repr__(self):
         m, k = self._shape
@@ -329,7 +329,7 @@ class DaskTwELLMatrix:
             raise TypeError("sparse @ sparse is not supported; multiply by a dense array")
         _dask()
         lazy = _is_dask_array(other)
-        if not lazy and not (isinstance(other, np.ndarray) or _backend.is_cupy_array(other)):
+        if not lazy and not (isinstance(other, np.ndarray) or _arrays.is_cupy_array(other)):
             other = self._xp().asarray(other)
         if other.ndim not in (1, 2):
             raise ValueError(f"other must be 1-D or 2-D; got other.ndim={other.ndim}")
@@ -418,7 +418,7 @@ class DaskTwELLMatrix:
 # -- task functions (run by Dask; named for its dashboards) ---------------------------------------
 
 def _block_stats(block):
-    hist = np.bincount(_backend.to_numpy(block.tile_nnz()).reshape(-1), minlength=1)
+    hist = np.bincount(_arrays.to_numpy(block.tile_nnz()).reshape(-1), minlength=1)
     return {"nnz": block.nnz, "overflow_nnz": block.overflow_nnz,
             "overflow_rows": block.overflow_rows, "slots": block.slots, "nbytes": block.nbytes,
             "tile_nnz_histogram": hist.astype(np.int64)}
@@ -455,9 +455,9 @@ def _hstack(chunks):
 
     if sp.issparse(chunks[0]):
         return sp.hstack(chunks, format="csr")
-    if _backend.is_cupyx_sparse(chunks[0]):
-        return _backend.cupyx_sparse().hstack(chunks, format="csr")
-    return _backend.array_module(*chunks).concatenate(chunks, axis=1)
+    if _arrays.is_cupyx_sparse(chunks[0]):
+        return _arrays.cupyx_sparse().hstack(chunks, format="csr")
+    return _arrays.array_module(*chunks).concatenate(chunks, axis=1)
 
 
 def _check_loaded_block(path, rows, k, tile_width, dtype):
@@ -480,11 +480,11 @@ def _check_loaded_block(path, rows, k, tile_width, dtype):
 def _is_sparse(x):
     import scipy.sparse as sp
 
-    return sp.issparse(x) or _backend.is_cupyx_sparse(x)
+    return sp.issparse(x) or _arrays.is_cupyx_sparse(x)
 
 
 def _meta_on_gpu(meta):
-    return _backend.is_cupy_array(meta) or _backend.is_cupyx_sparse(meta)
+    return _arrays.is_cupy_array(meta) or _arrays.is_cupyx_sparse(meta)
 
 
 def from_dask_array(x, *, tile_width=DEFAULT_TILE_WIDTH, slots="auto", dtype=None,

@@ -29,7 +29,7 @@ packed_words
 
 import numpy as np
 
-from . import _algorithms, _backend, _layout
+from . import _algorithms, _arrays, _layout
 from ._validation import (
     bfloat16,
     check_compression,
@@ -106,7 +106,7 @@ def _input_on_host(x):
     from ._ell import ELLMatrix
     from ._twell import TwELLMatrix
 
-    on_device = _backend.is_cupy_array(x) or _backend.is_cupyx_sparse(x)
+    on_device = _arrays.is_cupy_array(x) or _arrays.is_cupyx_sparse(x)
     if on_device or isinstance(x, (TwELLMatrix, ELLMatrix)):
         return x.get()
     return x

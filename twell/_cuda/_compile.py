@@ -1,21 +1,19 @@
 """Finding, compiling and caching the CUDA sources of ``cuda_src/``.
 
-Each ``.cu`` file is one operation family. The table :data:`INSTANCES` lists
-every template instantiation twell launches; the loader compiles them all
-with ``cupy.RawModule(name_expressions=...)`` once per process (CuPy also
-keeps a disk cache keyed on the source text and options), and
-``scripts/compile_kernels.py`` compiles the same table with nvcc in CI.
+Each ``.cu`` file is one operation family, and each has its launcher module in this package
+(``pack.cu`` -> ``_pack.py``, ...). The table :data:`INSTANCES` lists every template
+instantiation the launchers use; :func:`module` compiles a file's instances with
+``cupy.RawModule(name_expressions=...)`` once per process (CuPy also keeps a disk cache keyed
+on the source text and options), and ``scripts/compile_kernels.py`` compiles the same table
+with nvcc in CI.
 
 The sources of :data:`ARCH_SOURCES` use instructions of one architecture only (wgmma:
 ``sm_90a``). CuPy's RawModule passes an ``-arch`` of its own, so they are compiled with
 NVRTC directly for their ``-arch``, once per process and device, and only on a device of that
-compute capability (:func:`arch_supported`). Their TMA loads read tensor maps that
-:func:`tensor_map_2d` encodes on the host through the driver's ``cuTensorMapEncodeTiled``
-(CuPy does not wrap it).
+compute capability (:func:`arch_supported`).
 """
 
 import contextlib
-import ctypes
 import functools
 import importlib.resources
 import os
@@ -23,7 +21,7 @@ import pathlib
 
 import numpy as np
 
-from ._validation import SUPPORTED_DTYPES, bfloat16
+from .._validation import SUPPORTED_DTYPES, bfloat16
 
 HEADER = "twell_layout.cuh"
 
@@ -57,48 +55,36 @@ def listed(instance):
 
 
 #: (row, tile) pairs per warp of the dense pack kernel when a tile fits in one warp-wide
-#: vector load (tile_width <= 32 * VEC); wider tiles take one pair per warp.
+#: vector load (tile_width <= 32 * VEC); wider tiles take one pair per warp, or the staged
+#: shapes below.
 PACK_PAIRS = 4
 
-
-#: Every PAIRS the dense pack kernel is compiled for (benchmarks compare them).
-PACK_PAIRS_CHOICES = (1, 2, 4)
-
-#: Whether tiles of 2 to 4 warp-wide vector loads (float32 and float64 at tile width 256,
-#: 16-bit values at 512-1024) take the staged pack kernel with that many loads per pair
-#: (``twell_pack_dense<T, VEC, PAIRS, CHUNKS>``, PAIRS * CHUNKS = 4) instead of one pair per
-#: warp looping over the tile. On since the eighth session (H200, M = 16384, K = 5632, 99%:
-#: float32 slots pass 171 -> 117 us, float64 260 -> 196 us; benchmarks/NOTES.md); the tests
-#: hold both ways to the same bits.
-PACK_STAGED_CHUNKS = True
-
-#: (PAIRS, CHUNKS) of the staged pack kernel by the number of vector loads a tile needs.
+#: (PAIRS, CHUNKS) of the staged pack kernel ``twell_pack_dense<T, VEC, PAIRS, CHUNKS>`` by
+#: the number of warp-wide vector loads a tile needs (2 or 4: float32 and float64 at tile
+#: width 256, 16-bit values at 512-1024); PAIRS * CHUNKS = 4 loads in flight per warp. It
+#: packs faster than one pair per warp looping over the tile (docs/design.rst, the pack).
 PACK_STAGED_SHAPES = {2: (2, 2), 4: (1, 4)}
 
 
 def _pack_dense():
-    """``twell_pack_dense<T, VEC, PAIRS[, CHUNKS]>``: every vector width, PACK_PAIRS_CHOICES
-    and PACK_STAGED_SHAPES."""
+    """``twell_pack_dense<T, VEC, PAIRS[, CHUNKS]>``: every vector width, PACK_PAIRS pairs or
+    one (tiles wider than 4 vector loads), and PACK_STAGED_SHAPES."""
     return ([f"twell_pack_dense<{CTYPES[d]}, {v}, {p}>" for d in SUPPORTED_DTYPES
-             for v in (1, vector_width(d)) for p in PACK_PAIRS_CHOICES]
+             for v in (1, vector_width(d)) for p in (1, PACK_PAIRS)]
             + [f"twell_pack_dense<{CTYPES[d]}, {v}, {p}, {c}>" for d in SUPPORTED_DTYPES
                for v in (1, vector_width(d)) for p, c in PACK_STAGED_SHAPES.values()])
 
 
-#: 16-bit dtypes with a tensor-core SpMM.
+#: The 16-bit value dtypes (the fused GEMM and the bit-level NaN/Inf search take these).
 HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 
-#: (warps per block, 16-row groups per warp, pipeline stages) of the tensor-core SpMM
-#: instances, in order of preference (the launcher takes the first whose shared memory fits).
-MMA_SHAPES = ((16, 2, 4), (16, 2, 3), (8, 2, 3), (8, 1, 3))
-
 #: (G, C, E) of the gather SpMM ``twell_spmm_rows``: lanes per row, column chunks per lane,
-#: entries in flight per lane (C * E = 4), widest first; ``_cupy_backend._rows_shape`` picks
-#: one from N and the layout.
+#: entries in flight per lane (C * E = 4), widest first; ``_policy.rows_shape`` picks one
+#: from N and the layout.
 SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), (8, 4, 1),
                     (8, 2, 2), (8, 1, 4))
 
-#: Lanes per row of the SpMV, narrowest first (``_cupy_backend._spmv_lanes``): 1 is
+#: Lanes per row of the SpMV, narrowest first (``_policy.spmv_lanes``): 1 is
 #: ``twell_spmv_thread_rows`` (a thread per row), the others ``twell_spmv_rows`` (a team).
 SPMV_LANES = (1, 32)
 
@@ -117,11 +103,7 @@ INSTANCES = {
                 + _typed("twell_spmv_thread_rows")
                 + [listed(k) for k in _vectored("twell_spmm_rows")
                    for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
-                + [listed(k) for k in _typed("twell_spmv_thread_rows")]
-                + [f"twell_block_records<{CTYPES[d]}, {gb}>" for d in HALF_DTYPES
-                   for gb in sorted({w * g for w, g, _ in MMA_SHAPES})]
-                + [f"twell_spmm_mma<{CTYPES[d]}, {w}, {g}, {st}>" for d in HALF_DTYPES
-                   for w, g, st in MMA_SHAPES]),
+                + [listed(k) for k in _typed("twell_spmv_thread_rows")]),
     "reduce.cu": (["twell_count_histogram", "twell_exclusive_scan<int, true>",
                    "twell_exclusive_scan<int, false>", "twell_exclusive_scan<long long, false>"]
                   + [f"twell_find_nonfinite<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
@@ -147,7 +129,7 @@ def source_dir():
     installed = importlib.resources.files("twell") / "cuda_src"
     if installed.is_dir():
         return pathlib.Path(str(installed))
-    checkout = pathlib.Path(__file__).resolve().parent.parent / "cuda_src"
+    checkout = pathlib.Path(__file__).resolve().parents[2] / "cuda_src"
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(
@@ -292,79 +274,3 @@ def _nvrtc_includes():
     if cuda_path and os.path.isdir(os.path.join(cuda_path, "include")):
         options.append(f"-I{os.path.join(cuda_path, 'include')}")
     return options
-
-
-# -- tensor maps (TMA) ---------------------------------------------------------
-
-#: cuTensorMapEncodeTiled's enum values (cuda.h, CUDA 12): the element types by NumPy dtype
-#: name, no interleave, 128-byte swizzle, 256-byte L2 promotion, zeros for out-of-bounds
-#: elements.
-_TMAP_DTYPES = {"float16": 6, "bfloat16": 9}
-_TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B, _TMAP_OOB_ZERO = 0, 3, 3, 0
-#: Bytes of a CUtensorMap; the driver writes it to a 64-byte aligned address.
-TENSOR_MAP_BYTES = 128
-
-
-@functools.cache
-def _encode_tiled():
-    """The driver's ``cuTensorMapEncodeTiled`` through ctypes, or None where the driver library
-    or the entry point (CUDA 12+) is missing."""
-    for name in ("libcuda.so.1", "nvcuda.dll"):
-        with contextlib.suppress(OSError, AttributeError):
-            fn = ctypes.CDLL(name).cuTensorMapEncodeTiled
-            u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p,
-                           ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u32),
-                           ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                           ctypes.c_int]
-            fn.restype = ctypes.c_int
-            return fn
-    return None
-
-
-def tensor_maps_supported():
-    """Whether :func:`tensor_map_2d` can encode tensor maps here (a CUDA 12+ driver)."""
-    return _encode_tiled() is not None
-
-
-def tensor_map_2d(array, box_cols, box_rows):
-    """The tensor map of a C-contiguous 2-D float16 or bfloat16 CuPy array, for TMA loads of
-    ``box_rows x box_cols`` boxes with a 128-byte swizzle and zeros past the array's edges.
-
-    Returned as a size-one NumPy array of 128 bytes, which CuPy passes to a kernel by value
-    (the kernel takes it as a ``__grid_constant__ TensorMap``, ``cuda_src/tma.cuh``). The
-    array's address is 16-byte aligned and its row pitch a multiple of 16 bytes (the
-    callers check both). A driver error is a RuntimeError naming the array's shape.
-    """
-    rows, cols = array.shape
-    return _tensor_map(_TMAP_DTYPES[array.dtype.name], array.data.ptr, rows, cols,
-                       cols * array.itemsize, box_cols, box_rows)
-
-
-@functools.lru_cache(maxsize=256)
-def _tensor_map(element, address, rows, cols, pitch, box_cols, box_rows):
-    """:func:`tensor_map_2d`'s map, kept per argument tuple: the map holds nothing but these
-    numbers (no device, no contents), so a kept one equals a new encoding for any array at
-    that address with that shape, and the weights of a layer, called again and again, are
-    encoded once (each encoding took 13 us of the host's time on an H200 machine, while
-    the GPU waited). Read-only."""
-    encode = _encode_tiled()
-    if encode is None:
-        raise RuntimeError("cuTensorMapEncodeTiled is not available (a CUDA 12+ driver is "
-                           "needed for TMA)")
-    raw = (ctypes.c_uint8 * (2 * TENSOR_MAP_BYTES))()
-    buffer = ctypes.addressof(raw)
-    aligned = buffer + (-buffer) % 64
-    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-    result = encode(
-        ctypes.c_void_p(aligned), element, 2, ctypes.c_void_p(address),
-        (u64 * 2)(cols, rows), (u64 * 1)(pitch), (u32 * 2)(box_cols, box_rows),
-        (u32 * 2)(1, 1), _TMAP_INTERLEAVE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B,
-        _TMAP_OOB_ZERO)
-    if result != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {result} on an array "
-                           f"of shape {(rows, cols)}")
-    encoded = np.frombuffer(ctypes.string_at(aligned, TENSOR_MAP_BYTES),
-                            dtype=np.dtype((np.void, TENSOR_MAP_BYTES)))
-    encoded.flags.writeable = False
-    return encoded

@@ -1,0 +1,111 @@
+"""Launcher of ``cuda_src/spmm.cu``: ``A @ B`` and ``A @ x`` for a TwELL ``A``.
+
+Which way a product runs (the gather kernel, or cuBLAS on ``A.toarray()``), the shape of the
+gather kernel and the SpMV's lanes per row are chosen in :mod:`._policy`.
+"""
+
+import cupy
+
+from .._validation import accumulator_dtype
+from . import _compile, _policy
+from ._launch import BLOCK, aligned, blocks, i32, i64, instance, instance_n, vector_for
+from ._reduce import nonfinite
+from ._unpack import to_dense
+
+
+def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None):
+    """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
+
+    Two ways, chosen without a host synchronisation (:func:`._policy.spmm_way`):
+
+    * the gather kernel ``twell_spmm_rows`` (8 to 32 lanes per row and up to 1024 columns of
+      16-bit values, by N and the layout: :func:`._policy.rows_shape`; the B row of each
+      entry read from L2; for one column ``twell_spmv_thread_rows`` or ``twell_spmv_rows``,
+      :func:`._policy.spmv_lanes`), after ``twell_spmm_overflow_chunks`` when a row's
+      overflow may be long enough to split (:func:`._policy.split_chunk`);
+    * ``A.toarray() @ b`` by cuBLAS where the cost model says it pays. If the ``M x K``
+      temporary cannot be allocated, the gather kernel runs instead. If ``b`` holds Inf or
+      NaN, the dense product would multiply A's zeros by them (NaN where A has no entry), so
+      then the gather kernel recomputes the product (gated on the device).
+
+    With ``tile_index`` (the layout's :class:`~twell._algorithms.TileIndex`,
+    ``TwELLMatrix.index_tiles``), where :func:`._policy.index_pays`, the gather and SpMV
+    kernels walk each row's listed tiles instead of all its counts (the ``Listed``
+    instances: the same order of sums for the same shape; not the SpMV's team of 32, see
+    spmm.cu), and the shape rules read the longest row's tiles from it.
+    """
+    m, k = shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return cupy.zeros((m, n), dtype=out_dtype)
+    # twell_spmm_rows puts blocks of its columns on grid y, at most MAX_GRID_Y of them:
+    # wider products run in column chunks (a copy of each chunk of b).
+    chunk = _policy.MAX_GRID_Y * 32
+    if n > chunk:
+        out = cupy.empty((m, n), dtype=out_dtype)
+        for c0 in range(0, n, chunk):
+            part = cupy.ascontiguousarray(b[:, c0:c0 + chunk])
+            out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype,
+                                         tile_index=tile_index)
+        return out
+    if tile_index is not None and not _policy.index_pays(parts, m, tile_index):
+        tile_index = None
+    way = _policy.spmm_way(m, k, n, out_dtype, nnz_hint)
+    run_rows = cupy.ones((), dtype=bool)  # the gather kernels' gate: compute every row
+    out = None
+    if way == "dense":
+        try:
+            out = cupy.matmul(to_dense(parts, shape, tile_width), b)
+        except cupy.cuda.memory.OutOfMemoryError:
+            way = "rows"  # the memory is in use elsewhere: the gather kernels need none
+        else:
+            run_rows = nonfinite(b)
+    if out is None:
+        out = cupy.empty((m, n), dtype=out_dtype)
+    common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+              parts.overflow_indices, parts.overflow_data, i64(m), i64(k), i32(tile_width),
+              i32(parts.data.shape[2]))
+    if n == 1 and way != "dense":
+        if _policy.spmv_lanes(parts, m, tile_index) == 1:  # a thread per row (kSpmvBlock)
+            expr, args = _listed_args(instance("twell_spmv_thread_rows", out_dtype), parts,
+                                      tile_index)
+            kernel = _compile.function("spmm.cu", expr)
+            kernel(blocks(m, BLOCK), (BLOCK,), (*common, *args, b, out))
+        else:  # a team of 32 lanes per row, which reads its counts (spmm.cu: not the index)
+            lanes = _compile.SPMV_LANES[-1]
+            kernel = _compile.function("spmm.cu", instance_n("twell_spmv_rows", out_dtype, lanes))
+            kernel(blocks(m, BLOCK // lanes), (BLOCK,), (*common, b, out))
+        return out
+    vec = vector_for(out_dtype, n % _compile.vector_width(out_dtype) == 0, aligned(b, out))
+    shape = (vec, *_policy.rows_shape(n, out_dtype, _policy.short_rows(parts, m, tile_index)))
+    column_blocks = int(-(-n // (shape[0] * shape[1] * shape[2])))  # vec * G * C columns each
+    teams = 32 // shape[1]  # rows (or overflow chunks) per warp
+    # Rows with a long overflow are split (split_row in spmm.cu): the parts of their
+    # overflow first, a warp per chunk of the overflow, into `partial`.
+    n_over, acc = parts.overflow_indices.size, accumulator_dtype(out_dtype)
+    chunk = _policy.split_chunk(n_over, m, n, acc, out_dtype)
+    partial = cupy.empty((2 * -(-n_over // chunk) if chunk else 0, n), dtype=acc)
+    if chunk:
+        kernel = _compile.function("spmm.cu", instance_n("twell_spmm_overflow_chunks",
+                                                         out_dtype, *shape))
+        # One team of G lanes per (chunk, column block).
+        kernel((-(-partial.shape[0] // 2 // teams), column_blocks), (32,), (
+            parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, i64(m), b,
+            i64(n), run_rows, i32(chunk.bit_length() - 1), partial))
+    expr, args = _listed_args(instance_n("twell_spmm_rows", out_dtype, *shape), parts,
+                              tile_index)
+    kernel = _compile.function("spmm.cu", expr)
+    # One team of G lanes per (row, column block), one warp per block (__maxnreg__).
+    kernel((-(-m // teams), column_blocks), (32,), (
+        *common, *args, b, i64(n), run_rows, partial, i32(max(chunk.bit_length() - 1, 0)),
+        out))
+    return out
+
+
+def _listed_args(expr, parts, tile_index):
+    """The instance of ``expr`` that walks ``tile_index`` (or ``expr`` itself without one),
+    and its two index arguments: the index, or arrays of their types that the instances
+    without it never read."""
+    if tile_index is None:
+        return expr, (parts.overflow_indptr, parts.overflow_indices)
+    return _compile.listed(expr), (tile_index.indptr, tile_index.tiles)
