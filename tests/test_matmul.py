@@ -9,7 +9,17 @@ is measured is the product's error: relative error by norm within 1e-12
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import BF16, F16, F32, F64, MATMUL_RTOL, cast, dense_from_parts, rel_err
+from helpers import (
+    BF16,
+    F16,
+    F32,
+    F64,
+    MATMUL_RTOL,
+    assert_dense_equal,
+    cast,
+    dense_from_parts,
+    rel_err,
+)
 from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import RHS, cases, edge_examples, rhs
@@ -269,18 +279,22 @@ def test_complex_operand_is_a_type_error(backend):
         a @ backend.asarray(np.ones((300, 2), dtype=np.complex128))
 
 
-def test_sparse_operands_are_a_type_error(backend):
-    a = twell.TwELLMatrix(backend.asarray(np.eye(3)))
-    with pytest.raises(TypeError, match="sparse @ sparse"):
-        a @ a
-    with pytest.raises(TypeError, match="sparse @ sparse"):
-        a @ backend.sparse(sp.csr_array(np.eye(3)))
+def test_sparse_operands_go_through_csr(backend):
+    """sparse @ sparse is scipy's (cupyx's) CSR product, a CSR result."""
+    x = np.arange(9.0).reshape(3, 3) * (np.arange(9).reshape(3, 3) % 2)
+    a = twell.TwELLMatrix(backend.asarray(x))
+    for other in (a, backend.sparse(sp.csr_array(x))):
+        got = a @ other
+        assert got.format == "csr"
+        assert_dense_equal(backend.to_host(got.toarray()), x @ x)
 
 
 def test_star_is_not_matmul(backend):
+    """``*`` is element-wise, as for scipy's sparse arrays."""
+    x = np.arange(9.0).reshape(3, 3)
     a = twell.TwELLMatrix(backend.asarray(np.eye(3)))
-    with pytest.raises(TypeError, match="@"):
-        a * backend.asarray(np.ones((3, 3)))
+    got = a * backend.asarray(x)
+    assert_dense_equal(backend.to_host(got.toarray()), np.eye(3) * x)
 
 
 def test_mixing_cupy_matrix_and_numpy_operand_is_a_type_error(gpu):

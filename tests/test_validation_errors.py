@@ -125,9 +125,9 @@ def test_bad_axis():
 
 
 def test_bad_format():
-    with raises(ValueError, "format must be one of 'twell', 'csr', 'coo', 'ell', 'array'; "
-                            "got format='dok'"):
-        twell.TwELLMatrix(np.eye(2)).asformat("dok")
+    with raises(ValueError, "format must be one of 'twell', 'ell', 'csr', 'csc', 'coo', 'bsr', "
+                            "'dia', 'dok', 'lil', 'array', 'dense'; got format='csx'"):
+        twell.TwELLMatrix(np.eye(2)).asformat("csx")
 
 
 def test_dense_input_dimensions_are_named(backend):

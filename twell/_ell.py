@@ -2,8 +2,9 @@
 
 import numpy as np
 
-from . import _algorithms, _arrays, _convert
+from . import _algorithms, _arrays, _backend, _convert
 from ._base import SparseMatrix
+from ._dtype_rules import astype_dtype
 from ._validation import operator_index, value_dtype
 
 
@@ -16,12 +17,22 @@ class ELLMatrix(SparseMatrix):
 
     Parameters
     ----------
-    arg : array_like, sparse matrix, TwELLMatrix or ELLMatrix
-        What to convert (anything :class:`TwELLMatrix` accepts).
+    arg : array_like, sparse matrix, TwELLMatrix, ELLMatrix or tuple
+        What to convert: anything :class:`TwELLMatrix` accepts but its six
+        storage arrays (``(M, K)``, ``(data, (row, col))`` and
+        ``(data, indices, indptr)`` as in scipy).
+    shape : tuple of int, optional
+        ``(M, K)``, for the tuple forms; must match the input otherwise.
+    dtype : dtype, optional
+        Value dtype (float64, float32, float16 or bfloat16); bool and integer
+        input becomes float64.
+    copy : bool, optional
+        From an ELLMatrix of the same dtype and width, copy its arrays
+        (default False: the new matrix shares them, as scipy's constructors do).
     width : int, optional
         Slots per row; at least the longest row's length.
-    dtype : dtype, optional
-        Value dtype (float64, float32, float16 or bfloat16).
+    maxprint : int, optional
+        Entries that ``str(A)`` lists at most (default 50).
 
     Attributes
     ----------
@@ -34,12 +45,21 @@ class ELLMatrix(SparseMatrix):
     dtype : numpy.dtype
     width : int
     nbytes : int
-        Bytes of ``data`` and ``indices``.
+        Bytes of ``data`` and ``indices``, and of the caches it holds.
 
     Raises
     ------
     ValueError
         When ``width`` is shorter than some row; the message names the row.
+
+    Notes
+    -----
+    The matrix offers scipy.sparse's common sparse-array API, as
+    :class:`TwELLMatrix` does. Products (``A @ x``, ``x @ A``) run on a
+    TwELLMatrix packed from it on first use and cached, and ``A.T`` is cached
+    too; both count in :attr:`nbytes` and are dropped when ``data`` or
+    ``indices`` is replaced. After writing into those arrays in place, call
+    :meth:`drop_caches`.
 
     See Also
     --------
@@ -55,17 +75,32 @@ class ELLMatrix(SparseMatrix):
 
     format = "ell"
 
-    def __init__(self, arg, *, width=None, dtype=None):
+    def __init__(self, arg, shape=None, dtype=None, copy=False, *, width=None, maxprint=None):
+        if maxprint is not None:
+            self.maxprint = maxprint
+        if (not isinstance(arg, tuple) and shape is not None
+                and tuple(shape) != tuple(getattr(arg, "shape", shape))):
+            raise ValueError(f"shape={shape!r} does not match the input's shape {arg.shape}")
+        if (isinstance(arg, ELLMatrix) and width in (None, arg.width)
+                and (dtype is None or np.dtype(dtype) == arg.dtype)):
+            self._set(arg.data.copy() if copy else arg.data,
+                      arg.indices.copy() if copy else arg.indices, arg.shape)
+            return
         if isinstance(arg, SparseMatrix):
             src = arg._csr_input(dtype)
         else:
-            src = _convert.coerce(arg, dtype)
+            src = _convert.coerce(arg, dtype, shape=shape)
             if src.kind == "dense":
                 xp = _arrays.array_module(src.array)
                 rows, cols = xp.nonzero(_algorithms.is_nonzero(src.array))
                 src = _convert.CSR(*_algorithms.coo_to_csr(rows, cols, src.array[rows, cols],
                                                            src.shape[0]), src.shape)
         self._from_csr(src, width)
+
+    def _set(self, data, indices, shape):
+        self._data, self._indices, self._shape = data, indices, tuple(shape)
+        self.__dict__.pop("_twell_cache", None)  # of the arrays being replaced
+        self.__dict__.pop("_transpose_cache", None)
 
     def _from_csr(self, src, width):
         xp = _arrays.array_module(src.indptr)
@@ -84,19 +119,37 @@ class ELLMatrix(SparseMatrix):
             )
         rows = _algorithms.expand_indptr(src.indptr, src.indices.size)
         rank = xp.arange(rows.size, dtype=np.int64) - src.indptr[rows]
-        self.data = xp.zeros((m, width), dtype=src.data.dtype)
-        self.indices = xp.zeros((m, width), dtype=np.int32)
-        self.data[rows, rank] = src.data
-        self.indices[rows, rank] = src.indices
-        self.shape = src.shape
+        data = xp.zeros((m, width), dtype=src.data.dtype)
+        indices = xp.zeros((m, width), dtype=np.int32)
+        data[rows, rank] = src.data
+        indices[rows, rank] = src.indices
+        self._set(data, indices, src.shape)
 
-    dtype = property(lambda self: self.data.dtype, doc="Value dtype.")
-    _storage = property(lambda self: self.data)
-    width = property(lambda self: self.data.shape[1], doc="Slots per row.")
+    @classmethod
+    def _wrap(cls, data, indices, shape):
+        out = cls.__new__(cls)
+        out._set(data, indices, shape)
+        return out
+
+    # Replacing either array drops the caches keyed on it (see _storage_arrays).
+    data = property(lambda self: self._data,
+                    lambda self, value: self._set(value, self._indices, self._shape),
+                    doc="Values, (M, width); padding slots hold zero.")
+    indices = property(lambda self: self._indices,
+                       lambda self, value: self._set(self._data, value, self._shape),
+                       doc="Global columns, (M, width), sorted within each row.")
+    shape = property(lambda self: self._shape, doc="``(M, K)``.")
+    dtype = property(lambda self: self._data.dtype, doc="Value dtype.")
+    _storage = property(lambda self: self._data)
+    width = property(lambda self: self._data.shape[1], doc="Slots per row.")
+
+    def _storage_arrays(self):
+        return (self._data, self._indices)
 
     @property
     def nbytes(self):
-        """Bytes of the storage arrays: ``M * width * (itemsize + 4)``.
+        """Bytes of the storage arrays, ``M * width * (itemsize + 4)``, and of the cached
+        TwELL form and transpose if the matrix holds them.
 
         Examples
         --------
@@ -104,12 +157,14 @@ class ELLMatrix(SparseMatrix):
         >>> twell.ELLMatrix(np.eye(3, dtype=np.float32)).nbytes
         24
         """
-        return int(self.data.nbytes + self.indices.nbytes)
+        twell_form = self._twell_form(build=False)
+        return (int(self._data.nbytes + self._indices.nbytes) + self._cache_nbytes()
+                + (0 if twell_form is None else twell_form.nbytes))
 
     @property
     def nnz(self):
         """Number of stored non-zeros."""
-        return int(_algorithms.is_nonzero(self.data).sum())
+        return int(_algorithms.is_nonzero(self._data).sum())
 
     def __repr__(self):
         m, k = self.shape
@@ -127,64 +182,110 @@ class ELLMatrix(SparseMatrix):
         """
         from ._checks import validate_ell
 
-        validate_ell(self.data, self.indices, self.shape)
+        validate_ell(self._data, self._indices, self.shape)
 
-    def _coo(self):
-        xp = _arrays.array_module(self.data)
-        rows, slot = xp.nonzero(_algorithms.is_nonzero(self.data))  # sorted by (row, column)
-        return rows, self.indices[rows, slot].astype(np.int64), self.data[rows, slot]
+    def drop_caches(self):
+        """Drop the cached TwELL form and transpose (after writing into ``data`` or
+        ``indices`` in place); they are built again on next use."""
+        self.__dict__.pop("_twell_cache", None)
+        self.has_transpose = False
+
+    def _coo_arrays(self):
+        xp = _arrays.array_module(self._data)
+        rows, slot = xp.nonzero(_algorithms.is_nonzero(self._data))  # sorted by (row, column)
+        return rows, self._indices[rows, slot].astype(np.int64), self._data[rows, slot]
 
     def _csr_input(self, dtype=None):
-        rows, cols, vals = self._coo()
+        rows, cols, vals = self._coo_arrays()
         if dtype is None:
             return _convert.CSR(*_algorithms.coo_to_csr(rows, cols, vals, self.shape[0]),
                                 self.shape)
         # Casting can turn entries into zeros: canonicalise again so that they leave.
         return _convert.csr_from_coo(rows, cols, vals, self.shape, value_dtype(dtype))
 
-    def toarray(self):
-        """Dense array (NumPy or CuPy, where the matrix lives)."""
-        xp = _arrays.array_module(self.data)
+    def _to_dense(self):
+        xp = _arrays.array_module(self._data)
         out = xp.zeros(self.shape, dtype=self.dtype)
-        rows, cols, vals = self._coo()
+        rows, cols, vals = self._coo_arrays()
         out[rows, cols] = vals
         return out
 
-    def tocsr(self):
-        """scipy ``csr_array`` (host) or cupyx ``csr_matrix`` (device)."""
-        return self.to_twell().tocsr()
+    def _from_canonical(self, src):
+        out = ELLMatrix.__new__(ELLMatrix)
+        out._from_csr(src, None)
+        return out
 
-    def tocoo(self):
-        """scipy ``coo_array`` (host) or cupyx ``coo_matrix`` (device)."""
-        return self.to_twell().tocoo()
+    def _replace(self, src):
+        self._from_csr(src, None)
+
+    def _take_rows(self, rows):
+        rows = _arrays.array_module(self._data).asarray(rows, dtype=np.int64)
+        return ELLMatrix._wrap(self._data[rows], self._indices[rows],
+                               (int(rows.size), self.shape[1]))
+
+    def _map_values(self, fn):
+        """``fn`` on the stored values; entries that become zero leave (the rows are
+        compacted again, the width kept)."""
+        nonzero = _algorithms.is_nonzero(self._data)
+        data = fn(self._data)  # a new array
+        data[~nonzero] = 0
+        if bool((nonzero & ~_algorithms.is_nonzero(data)).any()):  # host sync on the GPU
+            rows, cols, _ = self._coo_arrays()
+            vals = data[nonzero]
+            keep = _algorithms.is_nonzero(vals)
+            src = _convert.CSR(*_algorithms.coo_to_csr(rows[keep], cols[keep], vals[keep],
+                                                       self.shape[0]), self.shape)
+            out = ELLMatrix.__new__(ELLMatrix)
+            out._from_csr(src, self.width)
+            return out
+        return ELLMatrix._wrap(data, self._indices.copy(), self.shape)
+
+    def _sum(self, axis):
+        cast = _backend.backend(_arrays.array_module(self._data)).cast
+        if axis is None:
+            return cast(self._data, np.float64).sum()
+        if axis == 1:
+            return cast(self._data, np.float64).sum(axis=1)
+        return self._transposed()._sum(1)
+
+    def tocsr(self, copy=False):
+        """scipy ``csr_array`` (host) or cupyx ``csr_matrix`` (device)."""
+        return self._twell_form().tocsr()
 
     def get(self):
         """Host copy (itself when already on the host)."""
-        if not _arrays.is_cupy_array(self.data):
+        if not _arrays.is_cupy_array(self._data):
             return self
-        out = ELLMatrix.__new__(ELLMatrix)
-        out.data, out.indices, out.shape = self.data.get(), self.indices.get(), self.shape
-        return out
+        return ELLMatrix._wrap(self._data.get(), self._indices.get(), self.shape)
 
-    def astype(self, dtype):
-        """Cast the values (entries that become zero are dropped)."""
+    def astype(self, dtype, casting="unsafe", copy=True):
+        """Cast the values (entries that become zero are dropped); ``dtype``: float64,
+        float32, float16 or bfloat16 (another is a TypeError that names them)."""
+        dtype = astype_dtype(dtype)
+        if dtype == self.dtype:
+            return self.copy() if copy else self
         return ELLMatrix(self, dtype=dtype)
 
     def copy(self):
         """Deep copy."""
-        out = ELLMatrix.__new__(ELLMatrix)
-        out.data, out.indices, out.shape = self.data.copy(), self.indices.copy(), self.shape
-        return out
+        return ELLMatrix._wrap(self._data.copy(), self._indices.copy(), self.shape)
 
-    def transpose(self):
-        """Transpose (width chosen again)."""
-        return ELLMatrix(self.to_twell().T)
+    def _transpose(self):
+        return ELLMatrix(self.to_twell()._transpose())
 
-    T = property(transpose)
+    def _twell_form(self, build=True):
+        """The matrix as a TwELLMatrix (slots by ``"auto"``), packed once and cached for the
+        products; keyed on the storage arrays, as the transpose is."""
+        key = self._storage_arrays()
+        cached = self.__dict__.get("_twell_cache")
+        if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
+            return cached[1]
+        if not build:
+            return None
+        form = self.to_twell()
+        self._twell_cache = (key, form)
+        return form
 
-    def __matmul__(self, other):
-        """``A @ B`` through the TwELL SpMM (slots chosen by ``"auto"``)."""
-        return self.to_twell() @ other
-
-    def __rmatmul__(self, other):
-        return other @ self.to_twell()
+    def _matmul_dense(self, other):
+        """``A @ B`` through the cached TwELL form's SpMM."""
+        return self._twell_form()._matmul_dense(other)

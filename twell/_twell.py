@@ -1,14 +1,14 @@
 """The TwELLMatrix container."""
 
-import numbers
-
 import numpy as np
 
 from . import _algorithms, _arrays, _backend, _convert, _layout, _packed
 from ._algorithms import Parts
 from ._base import SparseMatrix
 from ._dlpack import parts_to_torch
+from ._dtype_rules import astype_dtype
 from ._validation import (
+    SUPPORTED_DTYPES,
     bfloat16,
     check_shape,
     check_slots,
@@ -17,6 +17,9 @@ from ._validation import (
     result_dtype,
     value_dtype,
 )
+
+#: The instance attributes that hold the storage arrays, in the order of Parts.
+_PART_ATTRIBUTES = tuple("_" + name for name in Parts._fields)
 
 
 def _backend_of(xp):
@@ -37,12 +40,21 @@ class TwELLMatrix(SparseMatrix):
     arg : array_like, sparse matrix, ELLMatrix, TwELLMatrix or tuple
         What to convert: a dense 2-D NumPy or CuPy array (or array-like), any
         ``scipy.sparse`` array or matrix, any ``cupyx.scipy.sparse`` matrix,
-        an :class:`ELLMatrix` or another :class:`TwELLMatrix`. Or the six
-        storage arrays ``(counts, data, indices, overflow_indptr,
-        overflow_indices, overflow_data)``, with ``shape``; they are checked
-        with :meth:`validate`.
+        an :class:`ELLMatrix` or another :class:`TwELLMatrix`. Or a tuple,
+        read by its length as scipy reads it: ``(M, K)`` (two ints) for an
+        empty matrix; ``(data, (row, col))`` for COO triplets (duplicates
+        summed, zeros dropped); ``(data, indices, indptr)`` for a CSR
+        structure; or the six storage arrays ``(counts, data, indices,
+        overflow_indptr, overflow_indices, overflow_data)``, with ``shape``,
+        checked with :meth:`validate`.
     shape : tuple of int, optional
-        ``(M, K)``; required with a tuple of storage arrays.
+        ``(M, K)``; required with a tuple of storage arrays, read off the
+        indices for the COO and CSR tuples when not given.
+    dtype : dtype, optional
+        Value dtype: float64, float32, float16 or bfloat16. Default: that of
+        the input; bool and integer input becomes float64.
+    copy : bool, optional
+        With storage arrays, copy them (default False: the matrix shares them).
     tile_width : int, optional
         Columns per tile, in [1, 65536]. Default 256.
     slots : int or "auto", optional
@@ -51,11 +63,8 @@ class TwELLMatrix(SparseMatrix):
         non-zeros, but at most 4 times the count that 99% of the non-empty
         (row, tile) pairs fit in (see :func:`twell.auto_slots`); from a TwELLMatrix with the
         same tile width it keeps that matrix's slot count.
-    dtype : dtype, optional
-        Value dtype: float64, float32, float16 or bfloat16. Default: that of
-        the input; bool and integer input becomes float64.
-    copy : bool, optional
-        With storage arrays, copy them (default False: the matrix shares them).
+    maxprint : int, optional
+        Entries that ``str(A)`` lists at most (scipy's ``maxprint``, default 50).
 
     Attributes
     ----------
@@ -102,6 +111,14 @@ class TwELLMatrix(SparseMatrix):
     kernels and return CuPy arrays; twell never copies between host and
     device unless asked (:meth:`get`).
 
+    The matrix offers scipy.sparse's common sparse-array API (``A[i:j]``,
+    ``A.multiply(B)``, ``A + B``, ``A == B``, ``A.max()``, ...): value maps,
+    row selections, reductions and products with dense operands run
+    natively; the rest goes through scipy's ``csr_array`` (cupyx's
+    ``csr_matrix`` on the GPU) and returns what that returns. The structure
+    is immutable: item assignment raises TypeError. See the guide page
+    "twell with scipy.sparse and cupyx".
+
     The canonical form makes packing deterministic: equal matrices have equal
     storage arrays, whatever their construction path.
 
@@ -131,16 +148,19 @@ class TwELLMatrix(SparseMatrix):
     _nnz_hint = None  # see _set; a class default for objects that never went through _set
     _tile_index = None  # see index_tiles
 
-    def __init__(self, arg, shape=None, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto",
-                 dtype=None, copy=False):
+    def __init__(self, arg, shape=None, dtype=None, copy=False, *,
+                 tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", maxprint=None):
         tile_width = check_tile_width(tile_width)
         slots = check_slots(slots, tile_width)
-        if isinstance(arg, tuple):
+        if maxprint is not None:
+            self.maxprint = maxprint
+        if isinstance(arg, tuple) and len(arg) == len(Parts._fields):
             self._init_from_parts(arg, shape, tile_width, dtype, copy)
             return
-        if shape is not None and tuple(shape) != tuple(getattr(arg, "shape", shape)):
+        if (not isinstance(arg, tuple) and shape is not None
+                and tuple(shape) != tuple(getattr(arg, "shape", shape))):
             raise ValueError(f"shape={shape!r} does not match the input's shape {arg.shape}")
-        if isinstance(arg, TwELLMatrix):
+        if isinstance(arg, TwELLMatrix) and (dtype is None or np.dtype(dtype) in SUPPORTED_DTYPES):
             other = arg if dtype is None else arg.astype(dtype, copy=False)
             if slots == "auto" and tile_width == other.tile_width:
                 slots = other.slots
@@ -152,14 +172,17 @@ class TwELLMatrix(SparseMatrix):
         if isinstance(arg, SparseMatrix):
             src = arg._csr_input(dtype)
         else:
-            src = _convert.coerce(arg, dtype, (tile_width, 1 if slots == "auto" else slots))
+            src = _convert.coerce(arg, dtype, (tile_width, 1 if slots == "auto" else slots),
+                                  shape)
         parts, nnz = _pack(src, tile_width, slots)
         self._set(parts, src.shape, tile_width, nnz)
 
     # -- construction ----------------------------------------------------
 
     def _set(self, parts, shape, tile_width, nnz_hint=None):
-        self._parts = Parts(*parts)
+        # One attribute per array (not the tuple), so that the instance's __dict__ holds the
+        # arrays themselves, as tools that look for a matrix's arrays there expect.
+        self.__dict__.update(zip(_PART_ATTRIBUTES, Parts(*parts), strict=True))
         self._shape = tuple(int(v) for v in shape)
         self._tile_width = int(tile_width)
         # The stored-entry count when twell knew it without reading the GPU (None otherwise),
@@ -167,6 +190,7 @@ class TwELLMatrix(SparseMatrix):
         # stale, a product may take the slower path, never a wrong one.
         self._nnz_hint = nnz_hint
         self._tile_index = None  # from the counts; _from_parts passes it where they are kept
+        self.__dict__.pop("_transpose_cache", None)  # of the arrays being replaced
 
     def _init_from_parts(self, arrays, shape, tile_width, dtype, copy):
         if shape is None:
@@ -259,6 +283,8 @@ class TwELLMatrix(SparseMatrix):
 
     # -- attributes ------------------------------------------------------
 
+    _parts = property(lambda self: Parts(*(self.__dict__[a] for a in _PART_ATTRIBUTES)),
+                      doc="The six storage arrays, a :class:`twell._algorithms.Parts`.")
     shape = property(lambda self: self._shape, doc="``(M, K)``.")
     dtype = property(lambda self: self._parts.data.dtype, doc="Value dtype.")
     tile_width = property(lambda self: self._tile_width, doc="Columns per tile.")
@@ -302,12 +328,13 @@ class TwELLMatrix(SparseMatrix):
 
     @property
     def nbytes(self):
-        """Bytes of all six storage arrays.
+        """Bytes of all six storage arrays, and of the cached transpose if the matrix holds
+        one (:attr:`has_transpose`).
 
-        ``M * n_tiles * (4 + slots * (itemsize + 2)) + 8 * (M + 1)
+        The storage arrays take ``M * n_tiles * (4 + slots * (itemsize + 2)) + 8 * (M + 1)
         + overflow_nnz * (4 + itemsize)``.
         """
-        return int(sum(a.nbytes for a in self._parts))
+        return int(sum(a.nbytes for a in self._parts)) + self._cache_nbytes()
 
     def tile_nnz(self):
         """Non-zeros of every (row, tile), overflow included: int64 (M, n_tiles).
@@ -411,21 +438,47 @@ class TwELLMatrix(SparseMatrix):
 
     # -- conversions -----------------------------------------------------
 
-    def toarray(self):
-        """Dense array (NumPy or CuPy, where the matrix lives).
-
-        See Also
-        --------
-        scipy.sparse.csr_array.toarray
-        """
+    def _to_dense(self):
         return _backend_of(self._xp).to_dense(self._parts, self.shape, self.tile_width)
 
     def _csr_arrays(self):
         return _backend_of(self._xp).to_csr(self._parts, self.shape, self.tile_width)
 
     def _csr_input(self, dtype=None):
+        if dtype is not None and np.dtype(dtype) not in SUPPORTED_DTYPES:
+            # A bool or integer request: the values through that dtype (csr_from_coo's rule).
+            return _convert.csr_from_coo(*self._coo_arrays(), self.shape, dtype)
         a = self if dtype is None else self.astype(dtype, copy=False)
         return _convert.CSR(*a._csr_arrays(), a.shape)
+
+    def _coo_arrays(self):
+        return _algorithms.to_coo(self._parts, self.shape, self.tile_width, self._tile_index)
+
+    def _storage_arrays(self):
+        return tuple(self._parts)
+
+    def _from_canonical(self, src):
+        parts, nnz = _pack(src, self.tile_width, "auto")
+        return TwELLMatrix._from_parts(parts, src.shape, self.tile_width, nnz)
+
+    def _replace(self, src):
+        parts, nnz = _pack(src, self.tile_width, self.slots)
+        self._set(parts, src.shape, self.tile_width, nnz)
+
+    def _take_rows(self, rows):
+        """The rows ``rows`` (int64, any order, repeats allowed), from their own slots and
+        overflow entries: rows are independent in this format."""
+        xp = self._xp
+        p = self._parts
+        rows = xp.asarray(rows, dtype=np.int64)
+        starts = p.overflow_indptr[rows]
+        indptr = _algorithms.exclusive_cumsum(p.overflow_indptr[rows + 1] - starts)
+        n = int(indptr[-1])  # host sync on the GPU: the overflow's size
+        owner = _algorithms.expand_indptr(indptr, n)
+        src = starts[owner] + (xp.arange(n, dtype=np.int64) - indptr[owner])
+        parts = Parts(p.counts[rows], p.data[rows], p.indices[rows], indptr,
+                      p.overflow_indices[src], p.overflow_data[src])
+        return TwELLMatrix._from_parts(parts, (int(rows.size), self.shape[1]), self.tile_width)
 
     def tocsr(self, copy=False):
         """Convert to ``scipy.sparse.csr_array`` (host) or ``cupyx.scipy.sparse.csr_matrix``.
@@ -465,23 +518,6 @@ class TwELLMatrix(SparseMatrix):
                 f"{_layout.MAX_COLUMNS} for tocsr()/tocoo() on the GPU; got nnz={nnz} (use "
                 f".get().tocsr() for a host scipy array with int64 indices)"
             )
-
-    def asformat(self, format, copy=False):
-        """Convert to ``"twell"``, ``"csr"``, ``"coo"``, ``"ell"`` or ``"array"``."""
-        conversions = {
-            "twell": lambda: self.copy() if copy else self,
-            "csr": self.tocsr,
-            "coo": self.tocoo,
-            "ell": self.to_ell,
-            "array": self.toarray,
-            None: lambda: self,
-        }
-        if format not in conversions:
-            raise ValueError(
-                "format must be one of 'twell', 'csr', 'coo', 'ell', 'array'; "
-                f"got format={format!r}"
-            )
-        return conversions[format]()
 
     def to_packed(self, compression=8):
         """Write the packed layout of the reference TwELL kernels.
@@ -591,9 +627,19 @@ class TwELLMatrix(SparseMatrix):
         return None if index is None else index._replace(indptr=fn(index.indptr),
                                                          tiles=fn(index.tiles))
 
-    def astype(self, dtype, copy=True):
-        """Cast the values to ``dtype``; entries that become zero are dropped."""
-        dtype = value_dtype(dtype)
+    def astype(self, dtype, casting="unsafe", copy=True):
+        """Cast the values to ``dtype``; entries that become zero are dropped.
+
+        Parameters
+        ----------
+        dtype : dtype
+            float64, float32, float16 or bfloat16; any other is a TypeError that names them.
+        casting : str, optional
+            Accepted for scipy's signature; every cast rounds to nearest.
+        copy : bool, optional
+            With ``copy=False``, the matrix itself when the dtype is unchanged.
+        """
+        dtype = astype_dtype(dtype)
         if dtype == self.dtype:
             return self.copy() if copy else self
         return self._map_values(lambda v: _backend_of(self._xp).cast(v, dtype))
@@ -638,116 +684,38 @@ class TwELLMatrix(SparseMatrix):
             return self
         return self._repack(tile_width, slots)
 
-    def transpose(self, axes=None, copy=False):
-        """Transpose, keeping the tile width; slots chosen again by ``"auto"``.
-
-        See Also
-        --------
-        scipy.sparse.csr_array.transpose
-        """
-        if axes is not None and tuple(axes) != (1, 0):
-            raise ValueError(f"axes must be None or (1, 0); got axes={axes!r}")
+    def _transpose(self):
+        """A new transpose, keeping the tile width; slots chosen again by ``"auto"``."""
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         m, k = self.shape
         src = _convert.csr_from_coo(cols, rows, vals, (k, m))
         parts, nnz = _pack(src, self.tile_width, "auto")
         return TwELLMatrix._from_parts(parts, (k, m), self.tile_width, nnz)
 
-    T = property(transpose, doc="Transpose (see :meth:`transpose`).")
-
     # -- arithmetic ------------------------------------------------------
 
-    def __matmul__(self, other):
-        if isinstance(other, SparseMatrix) or _is_sparse(other):
-            raise TypeError(
-                "sparse @ sparse is not supported; multiply by a dense array, or convert one "
-                "side with .tocsr()"
-            )
+    def _matmul_dense(self, other):
         return _matmul(self, other)
 
-    def __rmatmul__(self, other):
-        if _is_sparse(other):
-            return NotImplemented
-        xp = _arrays.array_module(self._parts.counts, other if _is_array(other) else None)
-        other = other if _is_array(other) else xp.asarray(other)
-        if other.ndim not in (1, 2):
-            raise ValueError(f"other must be 1-D or 2-D; got other.ndim={other.ndim}")
-        if other.shape[-1] != self.shape[0]:
-            raise ValueError(
-                f"matmul: dimension mismatch, other.shape={other.shape} and A.shape={self.shape} "
-                f"(other.shape[-1]={other.shape[-1]} must equal A.shape[0]={self.shape[0]})"
-            )
-        if other.ndim == 1:
-            return _matmul(self.T, other)
-        return _matmul(self.T, other.T).T
+    def _sum(self, axis):
+        """float64 sums: of every entry (a 0-d array, ``axis=None``) or along ``axis``.
 
-    def _scalar_op(self, other, op, symbol):
-        """``op(values, other)`` for a real scalar, computed in float64, NumPy's result dtype."""
-        if not _is_scalar(other):
-            raise TypeError(
-                f"TwELLMatrix {symbol} x supports real scalars only (elementwise); use @ for "
-                f"matrix products; got {type(other).__name__}"
-            )
-        # Python int/float are weak (NEP 50): they keep the matrix dtype; NumPy scalars,
-        # np.float64 included (a float subclass), promote like arrays.
-        dtype = self.dtype if type(other) in (int, float) else result_dtype(
-            self.dtype, np.asarray(other).dtype)
-        scalar = float(np.float64(other))  # a Python float: CuPy takes no NumPy 0-d arrays
-        cast = _backend_of(self._xp).cast
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return self._map_values(lambda v: cast(op(cast(v, np.float64), scalar), dtype))
-
-    def __mul__(self, other):
-        return self._scalar_op(other, np.multiply, "*")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other):
-        return self._scalar_op(other, np.true_divide, "/")
-
-    def __neg__(self):
-        return self * -1
-
-    def sum(self, axis=None):
-        """Sum of the entries: a scalar (``axis=None``) or a 1-D array (``axis=0|1``).
-
-        Accumulates in float64, returns the matrix dtype (as
-        ``scipy.sparse`` arrays do, it returns 1-D arrays, not matrices).
         Deterministic on both backends: row sums are the product with a float64 vector of
         ones (one warp per row on the GPU, a fixed order), column sums the same on the
-        transpose. A histogram with float weights (``bincount``) would add with atomics,
-        whose order, and so whose last bits, vary from run to run on a GPU.
+        (cached) transpose. A histogram with float weights (``bincount``) would add with
+        atomics, whose order, and so whose last bits, vary from run to run on a GPU.
         """
         xp = self._xp
-        if axis not in (None, 0, 1, -1, -2):
-            raise ValueError(f"axis must be None, 0 or 1; got axis={axis!r}")
         cast = _backend_of(xp).cast  # CuPy's own casts flush float32 subnormals
         if axis is None:
-            _, _, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
-            return cast(cast(vals, np.float64).sum().reshape(1), self.dtype).reshape(())[()]
-        a = self if axis % 2 == 1 else self.transpose()
-        return cast(_matmul(a, xp.ones(a.shape[1], dtype=np.float64)), self.dtype)
+            _, _, vals = self._coo_arrays()
+            return cast(vals, np.float64).sum()
+        a = self if axis == 1 else self._transposed()
+        return _matmul(a, xp.ones(a.shape[1], dtype=np.float64))
 
 
 def _is_array(x):
     return isinstance(x, np.ndarray) or _arrays.is_cupy_array(x)
-
-
-def _is_sparse(x):
-    import scipy.sparse as sp
-
-    return sp.issparse(x) or _arrays.is_cupyx_sparse(x)
-
-
-def _is_scalar(x):
-    """A real number: Python int/float, NumPy scalar or 0-d array (bool excluded)."""
-    if isinstance(x, (bool, np.bool_)):
-        return False
-    if isinstance(x, numbers.Real):
-        return True
-    if isinstance(x, (np.generic, np.ndarray)) and x.ndim == 0:
-        return x.dtype.kind in "iuf" or x.dtype == bfloat16
-    return False
 
 
 def _matmul(a, b):

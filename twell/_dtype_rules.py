@@ -1,0 +1,97 @@
+"""Dtype rules of the scipy-facing API: casts, scalar arithmetic and the hand-off to
+scipy.sparse and cupyx.scipy.sparse.
+
+twell holds float64, float32, float16 and bfloat16 values
+(:data:`twell._validation.SUPPORTED_DTYPES`). scipy.sparse and cupyx.scipy.sparse hold
+neither 16-bit type, so an operation that goes through their CSR type computes 16-bit values in
+float32 (exact: every float16 and bfloat16 value is a float32 value) and returns float32.
+"""
+
+import numbers
+
+import numpy as np
+
+from ._validation import SUPPORTED_DTYPES, bfloat16, result_dtype
+
+#: The 16-bit value dtypes, which scipy and cupyx cannot hold.
+SIXTEEN_BIT = (np.dtype(np.float16), bfloat16)
+
+_FLOAT32 = np.dtype(np.float32)
+
+
+def astype_dtype(dtype, name="dtype"):
+    """The dtype ``astype`` casts to: one of the supported value dtypes, else TypeError.
+
+    Unlike the constructor, which stores bool and integer input as float64, ``astype`` is a
+    request for a dtype: one that twell cannot hold is an error, not a silent float64.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is not None and dt in SUPPORTED_DTYPES:
+        return dt
+    supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+    raise TypeError(
+        f"{name} must be one of {supported}: twell holds floating-point values only; got "
+        f"{name}={dt if dt is not None else repr(dtype)} (for another dtype convert first, "
+        "e.g. A.tocsr().astype(...))"
+    )
+
+
+def scipy_dtype(dtype):
+    """The dtype an operation through scipy's or cupyx's CSR computes in: float32 for the
+    16-bit dtypes, the dtype itself otherwise."""
+    dtype = np.dtype(dtype)
+    return _FLOAT32 if dtype in SIXTEEN_BIT else dtype
+
+
+def is_real_scalar(x):
+    """A real number: Python int/float/bool, NumPy real scalar or 0-d real array (of any
+    array library)."""
+    if isinstance(x, numbers.Real):  # bool, int, float and NumPy's real scalars
+        return True
+    dtype = getattr(x, "dtype", None)
+    return (getattr(x, "ndim", None) == 0 and dtype is not None
+            and (np.dtype(dtype).kind in "biuf" or dtype == bfloat16))
+
+
+def scalar_result_dtype(dtype, scalar):
+    """NumPy's result dtype of ``values <op> scalar`` for values of ``dtype`` (NEP 50).
+
+    Python's bool, int and float are weak: they take the values' dtype. NumPy scalars and
+    0-d arrays promote like arrays; bfloat16 with float16 gives float32
+    (:func:`twell._validation.result_dtype`).
+    """
+    if type(scalar) in (bool, int, float):
+        return np.dtype(dtype)
+    return result_dtype(dtype, np.dtype(scalar.dtype))
+
+
+def scalar_map(op, scalar, dtype, cast):
+    """``values -> op(values, scalar)`` rounded as NumPy rounds it for the result dtype.
+
+    The scalar rounds to the result dtype first (NEP 50). float64, float32 and float16 values
+    then combine with it in the array library's own loops for that dtype (NumPy's and CuPy's
+    float16 loops compute in float32 and round once); bfloat16 values combine in float32 and
+    round once, as ml_dtypes' loops do. ``cast`` is the backend's cast
+    (:func:`twell._numpy_backend.cast`), which keeps subnormals.
+
+    Returns ``(function of the values, result dtype)``.
+    """
+    if getattr(scalar, "ndim", None) == 0 and hasattr(scalar, "get"):
+        scalar = scalar.get()  # a 0-d CuPy array: to the host (a sync), as CuPy would
+    out = scalar_result_dtype(dtype, scalar)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.asarray(scalar).astype(out)[()]  # the weak scalar rounded as NumPy rounds it
+    if out == bfloat16:
+        s32 = np.float32(s)
+
+        def fn(values):
+            return cast(op(cast(values, _FLOAT32), s32), out)
+    else:
+
+        def fn(values):
+            return op(values if values.dtype == out else cast(values, out), s)
+
+    return fn, out
