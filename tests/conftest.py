@@ -85,6 +85,9 @@ if SANITIZER in ("initcheck", "racecheck") and twell.cuda_available():
 
 
 def pytest_configure(config):
+    # Marks of scipy's own test-suite, which tests/test_scipy_suite.py imports.
+    config.addinivalue_line("markers", "thread_unsafe: scipy's mark (tests/test_scipy_suite.py)")
+    config.addinivalue_line("markers", "fail_slow: scipy's mark (tests/test_scipy_suite.py)")
     # NaN, Inf and overflowing casts are inputs on purpose here: NumPy's warnings about them
     # (from the oracles and from twell alike) are noise, not findings.
     for message in ("overflow encountered", "invalid value encountered",
