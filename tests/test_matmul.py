@@ -84,7 +84,7 @@ def test_matmul_against_scipy(backend, a_dtype, b_dtype, out_dtype, case, rhs):
 @given(case=MATMUL_CASES, rhs=rhs())
 @edge_examples(finite=True, rhs=RHS(None, 0))
 def test_rmatmul_against_scipy(backend, dtype, case, rhs):
-    """``B @ A`` for an ndarray B reaches __rmatmul__ (``__array_ufunc__ = None``)."""
+    """``B @ A`` for an ndarray B reaches __rmatmul__ (NumPy defers to ``__array_priority__``)."""
     m, k = case.dense.shape
     a = twell.TwELLMatrix(backend.asarray(cast(case.dense, dtype)), tile_width=case.tile_width,
                           slots=case.slots)

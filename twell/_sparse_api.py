@@ -756,7 +756,9 @@ class SparseArrayAPI:
                     one = self._take_rows(self._xp.asarray([rows], dtype=np.int64))
                     result = one._csr()[0, split[1]]
                     if _is_scalar(result) and self.dtype in _dtype_rules.SIXTEEN_BIT:
-                        return self.dtype.type(result)  # exact: a 16-bit value
+                        # exact: a 16-bit value, computed in float32
+                        return (self.dtype.type(result) if self._xp is np
+                                else result.astype(self.dtype))
                     return result
                 if isinstance(split[0], slice):
                     return self._take_rows(rows)._csr()[:, split[1]]
