@@ -293,9 +293,7 @@ class SparseArrayAPI:
             return self.copy() if copy else self
         if format in ("array", "dense"):
             return self.toarray()
-        if format in self._formats:
-            return getattr(self, "to" + format)(copy=copy)
-        if format in SCIPY_FORMATS:
+        if format in self._formats or format in SCIPY_FORMATS:
             return getattr(self, "to" + format)(copy=copy)
         twell_formats = sorted(self._formats, reverse=True)  # "twell", "ell"
         known = ", ".join(repr(f) for f in (*twell_formats, *SCIPY_FORMATS, "array", "dense"))
