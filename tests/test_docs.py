@@ -97,6 +97,15 @@ def test_results_are_grouped_by_suite_and_card(bench, tmp_path):
     assert "No GPU suite result yet" not in text
 
 
+def test_status_reads_the_h200_result_when_there_are_several(bench, tmp_path):
+    for card in ("a100", "h100", "h200"):
+        (tmp_path / f"gpu-{card}.json").write_text(json.dumps(
+            {"schema": "twell-bench/1", "meta": {"card": card}, "rows": []}))
+    assert bench.status_result(bench.load_results(tmp_path)).card == "h200"
+    (tmp_path / "gpu-h200.json").unlink()
+    assert bench.status_result(bench.load_results(tmp_path)).card == "a100"
+
+
 def test_cpu_suite_pivot_gives_scipy_over_twell(bench, tmp_path):
     _cpu_result(tmp_path)
     (result,) = bench.load_results(tmp_path)
