@@ -46,7 +46,7 @@ import cpu_suite  # noqa: E402
 import dask_suite  # noqa: E402
 import gpu_suite  # noqa: E402
 from arrays import DTYPES, short_error  # noqa: E402
-from harness import Bench, Progress, collect_meta  # noqa: E402
+from harness import Bench, Progress, collect_meta, load_average  # noqa: E402
 from report import report  # noqa: E402
 from targets import CPU_TARGETS  # noqa: E402
 from workloads import (  # noqa: E402
@@ -330,6 +330,7 @@ def main(argv=None, prog="bench.py"):
     finally:
         bench.progress.close()
         bench.meta["elapsed_s"] = round(bench.elapsed(), 1)
+        bench.meta["load_average_end"] = load_average()
         bench.save()
     report(bench)
     return status

@@ -342,6 +342,8 @@ def collect_meta(bench, argv):
         "argv": argv,
         "args": vars(args),
         "timing": dev.timing_method(),
+        # Other work on the host slows every contender: the 1, 5 and 15-minute load averages.
+        "load_average": load_average(),
         "env": {k: os.environ.get(k) for k in ("CUPY_TF32", "CUDA_VISIBLE_DEVICES",
                                                "CUPY_CUDA_PER_THREAD_DEFAULT_STREAM",
                                                "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS",
@@ -369,3 +371,10 @@ def collect_meta(bench, argv):
     if bench.ref_error:
         meta["reference_error"] = bench.ref_error
     return meta
+
+
+def load_average():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):  # not on this platform
+        return None

@@ -233,9 +233,12 @@ def header_lines(bench):
              f"(commit {(meta.get('git_commit') or '?')[:12]}, sources {meta['source_digest']}); "
              f"{versions}; {meta['date']}")
     if bench.suite == "cpu":
+        load = meta.get("load_average")
         return [first,
-                f"copy {c['copy_GBps']:.3g} GB/s (read + written)" if c.get("copy_GBps") else
-                "copy bandwidth not measured",
+                (f"copy {c['copy_GBps']:.3g} GB/s (read + written)" if c.get("copy_GBps") else
+                 "copy bandwidth not measured")
+                + (f"; load average at the start {load[0]:g} (1 min), {load[1]:g} (5 min) on "
+                   f"{meta['device'].get('cores', '?')} cores" if load else ""),
                 f"timing: {meta['timing']}, {bench.args.reps} runs (at least "
                 f"{bench.args.min_reps} where a call takes over "
                 f"{bench.args.max_timing_s / bench.args.reps:.2g} s); twell/scipy = twell ms / "
