@@ -7,10 +7,7 @@ memory and spill report; exits non-zero on any compile error, and on spills
 (beyond the few bytes ``ACCEPTED_SPILL_STORES`` grants a kernel measured faster with them)
 unless ``--allow-spills``.
 
-Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90 [--prototypes]
-
-``--prototypes`` also compiles ``benchmarks/prototypes/*.cu`` (standalone kernels not yet
-run, outside the package) for sm_90a, so that they do not rot while they wait for a GPU.
+Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90
 """
 
 import argparse
@@ -31,8 +28,6 @@ def main():
     parser.add_argument("--arch", action="append", default=[], help="e.g. sm_80 (repeatable)")
     parser.add_argument("--nvcc", default="nvcc")
     parser.add_argument("--allow-spills", action="store_true")
-    parser.add_argument("--prototypes", action="store_true",
-                        help="also compile benchmarks/prototypes/*.cu for sm_90a")
     args = parser.parse_args()
     archs = args.arch or ["sm_80", "sm_90"]
     src = ROOT / "cuda_src"
@@ -67,8 +62,6 @@ def main():
     print(f"compiled {sum(len(v) for v in _kernels.INSTANCES.values())} kernels for {archs} "
           f"(and {sorted(set(a for a, _ in _kernels.ARCH_SOURCES.values()))} for "
           f"{sorted(_kernels.ARCH_SOURCES)}): OK")
-    if args.prototypes:
-        _compile_prototypes(args.nvcc)
 
 
 _SHOWN = ("Compiling entry", "Used", "spill", "error")
@@ -98,9 +91,9 @@ def _spills(report):
     return out
 
 
-def _nvcc(nvcc, source, arch, cubin, shown=_SHOWN):
+def _nvcc(nvcc, source, arch, cubin):
     """Compile ``source`` to ``cubin`` with twell's options and -I cuda_src; print the report
-    lines that contain one of ``shown`` (ptxas' registers and spills, errors); return
+    lines that contain one of ``_SHOWN`` (ptxas' registers and spills, errors); return
     (exit status, report).
     """
     res = subprocess.run([nvcc, *_kernels.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
@@ -108,25 +101,9 @@ def _nvcc(nvcc, source, arch, cubin, shown=_SHOWN):
                          capture_output=True, text=True)
     report = res.stdout + res.stderr
     for line in report.splitlines():
-        if any(w in line for w in shown):
+        if any(w in line for w in _SHOWN):
             print("  " + line.strip().replace("ptxas info    : ", ""))
     return res.returncode, report
-
-
-def _compile_prototypes(nvcc):
-    """Each prototype is one source with extern "C" kernels (sm_90a); it may include the
-    headers of cuda_src."""
-    sources = sorted((ROOT / "benchmarks" / "prototypes").glob("*.cu"))
-    with tempfile.TemporaryDirectory() as tmp:
-        for path in sources:
-            print(f"== prototype {path.name} sm_90a", flush=True)
-            # ptxas warnings too: it warns when it has to serialise wgmma.
-            returncode, report = _nvcc(nvcc, path, "sm_90a", pathlib.Path(tmp) / "p.cubin",
-                                       shown=(*_SHOWN, "warning"))
-            if returncode:
-                print(report)
-                sys.exit(f"prototype {path.name} failed to compile")
-    print(f"compiled {len(sources)} prototype sources for sm_90a: OK")
 
 
 if __name__ == "__main__":

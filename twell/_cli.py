@@ -15,8 +15,6 @@ convert IN OUT
     :mod:`twell._files`) or ``--from``/``--to``.
 show FILE -o PICTURE
     The TwELL layout picture (``twell.plot.layout``, matplotlib).
-bench
-    The GPU benchmark suite of a source checkout.
 
 Exit status: 0 on success, 1 on an error (missing or invalid file, unknown
 format) or a failed demo check, 2 on a usage error (unknown option, bad
@@ -148,12 +146,6 @@ def build_parser():
     )
     demo.set_defaults(func=run_demo, parser=demo)
 
-    bench = sub.add_parser(
-        "bench", help="the GPU benchmark suite (benchmarks/bench.py of a source checkout)",
-        description="Run the GPU benchmark suite; arguments go to benchmarks/bench.py "
-                    "(see 'python benchmarks/bench.py --help').", add_help=False)
-    bench.set_defaults(func=_run_bench, accepts_extra=True, parser=bench)
-
     info = sub.add_parser(
         "info", help="statistics of a matrix file: nnz per (row, tile), overflow, bytes",
         description="Print the shape, dtype, nnz and density of a matrix file, the "
@@ -240,12 +232,6 @@ def main(argv=None):
 def _error(line):
     sys.stdout.flush()  # keep stdout and stderr in order on a terminal
     print(line, file=sys.stderr)
-
-
-def _run_bench(args):
-    from . import _bench
-
-    return _bench.main(args.extra)
 
 
 # -- info, convert, show ---------------------------------------------------------
