@@ -7,7 +7,7 @@ memory and spill report; exits non-zero on any compile error, and on spills
 (beyond the few bytes ``ACCEPTED_SPILL_STORES`` grants a kernel measured faster with them)
 unless ``--allow-spills``.
 
-Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90
+Usage: python scripts/compile_compile.py --arch sm_80 --arch sm_90
 """
 
 import argparse
@@ -20,7 +20,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from twell._cuda import _compile as _kernels  # noqa: E402
+from twell._cuda import _compile  # noqa: E402
 
 
 def main():
@@ -31,18 +31,18 @@ def main():
     args = parser.parse_args()
     archs = args.arch or ["sm_80", "sm_90"]
     src = ROOT / "cuda_src"
-    missing = sorted(p.name for p in src.glob("*.cu") if p.name not in _kernels.INSTANCES)
+    missing = sorted(p.name for p in src.glob("*.cu") if p.name not in _compile.INSTANCES)
     if missing:
         sys.exit(f"cuda_src has sources the loader does not know: {missing}")
     failed, spills = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, instances in _kernels.INSTANCES.items():
+        for name, instances in _compile.INSTANCES.items():
             unit = pathlib.Path(tmp) / name
             refs = ",\n  ".join(f"(const void*)&{e}" for e in instances)
             unit.write_text(f'#include "{src / name}"\n'
                             f"const void* const twell_ci_instances[] = {{\n  {refs}\n}};\n")
             # An ARCH_SOURCES file is built for its own architecture only (e.g. sm_90a).
-            own = _kernels.ARCH_SOURCES.get(name)
+            own = _compile.ARCH_SOURCES.get(name)
             for arch in [own[0]] if own else archs:
                 print(f"== {name} {arch}", flush=True)
                 returncode, report = _nvcc(args.nvcc, unit, arch,
@@ -59,9 +59,9 @@ def main():
         print("spills:\n  " + "\n  ".join(spills))
         if not args.allow_spills:
             sys.exit("register spills found (pass --allow-spills to accept)")
-    print(f"compiled {sum(len(v) for v in _kernels.INSTANCES.values())} kernels for {archs} "
-          f"(and {sorted(set(a for a, _ in _kernels.ARCH_SOURCES.values()))} for "
-          f"{sorted(_kernels.ARCH_SOURCES)}): OK")
+    print(f"compiled {sum(len(v) for v in _compile.INSTANCES.values())} kernels for {archs} "
+          f"(and {sorted(set(a for a, _ in _compile.ARCH_SOURCES.values()))} for "
+          f"{sorted(_compile.ARCH_SOURCES)}): OK")
 
 
 _SHOWN = ("Compiling entry", "Used", "spill", "error")
@@ -96,7 +96,7 @@ def _nvcc(nvcc, source, arch, cubin):
     lines that contain one of ``_SHOWN`` (ptxas' registers and spills, errors); return
     (exit status, report).
     """
-    res = subprocess.run([nvcc, *_kernels.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
+    res = subprocess.run([nvcc, *_compile.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
                           f"-I{ROOT / 'cuda_src'}", "-o", str(cubin), str(source)],
                          capture_output=True, text=True)
     report = res.stdout + res.stderr
