@@ -365,14 +365,15 @@ def test_info(runs):
     assert f["density"] == f"{nnz / x.size:.3%}"
     assert f["tile width"] == "256 (1 tile per row, the last 20 wide)"
     rows = np.count_nonzero(x, axis=1)
-    slots = twell.auto_slots(np.bincount(rows), 256)
+    slots = twell.auto_slots(np.bincount(rows), 256, shape=x.shape, itemsize=8)  # read as f64
     assert f["slots"] == f'{slots} ("auto")' and f["recommended slots"].startswith(str(slots))
     assert f"max {rows.max()}" in r.out and "non-zeros per (row, tile)" in r.out
     # The histogram: counts of non-zeros per (row, tile) up to 20 come in power-of-two groups
     # (split at the slot count), each with its pairs.
     hist = r.out.split("non-zeros per (row, tile)")[1].split("bytes")[0]
     assert re.search(r"^ +0 +1 +8\.3% +#+$", hist, re.M)  # the empty row
-    assert re.search(r"^ +16-20 +1 +8\.3% +#+$", hist, re.M)  # the full row
+    # the full row, in the group past the slots
+    assert re.search(rf"^ +{slots + 1}-20 +1 +8\.3% +#+ +overflow$", hist, re.M)
     assert sum(int(line.split()[1]) for line in hist.splitlines()[3:] if line) == 12
     assert re.search(r"^  dense \(float64\) +1\.88 KiB +100\.0% of dense$", r.out, re.M)
     for label in ("CSR (int32", "ELL (width 20", f"TwELL (slots {slots}"):

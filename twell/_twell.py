@@ -3,8 +3,9 @@
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 
-from . import _algorithms, _arrays, _backend, _convert, _layout, _packed
+from . import _algorithms, _arrays, _backend, _convert, _host, _layout, _numpy_backend, _packed
 from ._algorithms import Parts
 from ._base import SparseMatrix
 from ._dlpack import parts_to_torch
@@ -131,7 +132,7 @@ class TwELLMatrix(SparseMatrix):
     _nnz_hint = None  # see _set; a class default for objects that never went through _set
     _tile_index = None  # see index_tiles
 
-    def __init__(self, arg, shape=None, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto",
+    def __init__(self, arg, shape=None, *, tile_width="auto", slots="auto",
                  dtype=None, copy=False):
         tile_width = check_tile_width(tile_width)
         slots = check_slots(slots, tile_width)
@@ -142,24 +143,44 @@ class TwELLMatrix(SparseMatrix):
             raise ValueError(f"shape={shape!r} does not match the input's shape {arg.shape}")
         if isinstance(arg, TwELLMatrix):
             other = arg if dtype is None else arg.astype(dtype, copy=False)
+            if tile_width == "auto":
+                tile_width = other.tile_width
             if slots == "auto" and tile_width == other.tile_width:
                 slots = other.slots
             result = other._relayout(tile_width, slots)
             if copy and result is arg:
                 result = result.copy()
-            self._set(result._parts, result.shape, result.tile_width, result._nnz_hint)
+            self._adopt(result)
             return
         if isinstance(arg, SparseMatrix):
             src = arg._csr_input(dtype)
         else:
-            src = _convert.coerce(arg, dtype, (tile_width, 1 if slots == "auto" else slots))
-        parts, nnz = _pack(src, tile_width, slots)
-        self._set(parts, src.shape, tile_width, nnz)
+            storage = (_layout.MAX_TILE_WIDTH if tile_width == "auto" else tile_width,
+                       1 if slots == "auto" else slots)
+            src = _convert.coerce(arg, dtype, storage)
+        self._adopt(_build(src, tile_width, slots))
 
     # -- construction ----------------------------------------------------
 
-    def _set(self, parts, shape, tile_width, nnz_hint=None):
-        self._parts = Parts(*parts)
+    def _set(self, parts, shape, tile_width, nnz_hint=None, *, csr=None, layout=None,
+             shared=False):
+        """Hold ``parts``, or, on the host, ``csr`` alone (``parts`` None), the storage to be
+        built from it when first asked for with ``layout = (slots, n_over, dtype)``.
+
+        A host matrix whose storage twell made keeps it read-only (twell._host), so that its
+        compressed rows, made when first needed, always hold what the storage holds;
+        ``shared`` arrays, which the caller may write, stay writable and the matrix keeps
+        no compressed rows."""
+        self._p = None if parts is None else Parts(*parts)
+        self._csr = csr
+        if parts is not None:
+            data = self._p.data  # of any shape here: validate() names a wrong one
+            layout = (data.shape[-1] if data.ndim else 0, int(self._p.overflow_indices.size),
+                      data.dtype)
+            if not shared and _arrays.array_module(self._p.counts) is np:
+                _host.freeze(self._p)
+        self._layout_info = layout
+        self._shared = shared
         self._shape = tuple(int(v) for v in shape)
         self._tile_width = int(tile_width)
         # The stored-entry count when twell knew it without reading the GPU (None otherwise),
@@ -167,6 +188,40 @@ class TwELLMatrix(SparseMatrix):
         # stale, a product may take the slower path, never a wrong one.
         self._nnz_hint = nnz_hint
         self._tile_index = None  # from the counts; _from_parts passes it where they are kept
+
+    def _adopt(self, other):
+        """Take over ``other``'s state (a constructor's result)."""
+        self.__dict__.update(other.__dict__)
+
+    @property
+    def _parts(self):
+        """The six storage arrays, built from the host's compressed rows on first use."""
+        if self._p is None:
+            slots, n_over, dtype = self._layout_info
+            c = self._csr
+            parts = _numpy_backend.pack_csr(c.indptr, c.indices, _host.values(c, dtype),
+                                            self._shape, self._tile_width, slots, n_over)
+            self._p = _host.freeze(Parts(*parts))
+        return self._p
+
+    def _compute_form(self):
+        """The host's compressed rows (twell._host), built from the storage on first use;
+        None on the GPU and for storage shared with the caller."""
+        if self._csr is None and not self._shared and self._xp is np:
+            indptr, indices, data = _numpy_backend.to_csr(self._p, self._shape,
+                                                          self._tile_width)
+            self._csr = _host.host_csr(indptr, indices, data)
+        return self._csr
+
+    @classmethod
+    def _from_csr(cls, csr, shape, tile_width, slots, n_over, dtype):
+        """A host matrix of the canonical compressed rows ``csr`` (twell._host.HostCSR),
+        its storage laid out with ``slots`` (leaving ``n_over`` entries to the overflow)
+        when first asked for (internal)."""
+        obj = cls.__new__(cls)
+        obj._set(None, shape, tile_width, int(csr.indices.size), csr=csr,
+                 layout=(slots, n_over, np.dtype(dtype)))
+        return obj
 
     def _init_from_parts(self, arrays, shape, tile_width, dtype, copy):
         if shape is None:
@@ -177,14 +232,17 @@ class TwELLMatrix(SparseMatrix):
                 f"arg must be a tuple of the {len(Parts._fields)} storage arrays "
                 f"{Parts._fields}; got a tuple of {len(arrays)}"
             )
+        if tile_width == "auto":
+            raise ValueError("tile_width is required with a tuple of storage arrays: give "
+                             "the tile width the arrays were laid out with")
         xp = _arrays.array_module(*arrays)
         parts = Parts(*(xp.asarray(a) for a in arrays))
         if copy:
             parts = Parts(*(a.copy() for a in parts))
-        self._set(parts, shape, tile_width)
+        self._set(parts, shape, tile_width, shared=not copy)
         self.validate()
         if dtype is not None:
-            self._set(self.astype(dtype)._parts, shape, tile_width)
+            self._adopt(self.astype(dtype))
 
     @classmethod
     def _from_parts(cls, parts, shape, tile_width, nnz_hint=None, tile_index=None):
@@ -196,7 +254,7 @@ class TwELLMatrix(SparseMatrix):
         return obj
 
     @classmethod
-    def from_dense(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
+    def from_dense(cls, x, *, tile_width="auto", slots="auto", dtype=None):
         """Pack a dense 2-D NumPy or CuPy array.
 
         Every value ``!= 0`` is a non-zero, NaN and Inf included.
@@ -205,12 +263,11 @@ class TwELLMatrix(SparseMatrix):
         --------
         TwELLMatrix : the constructor, which accepts any input.
         """
-        src = _convert.dense(x, dtype)
-        parts, nnz = _pack(src, check_tile_width(tile_width), check_slots(slots, tile_width))
-        return cls._from_parts(parts, src.shape, tile_width, nnz)
+        tile_width = check_tile_width(tile_width)
+        return _build(_convert.dense(x, dtype), tile_width, check_slots(slots, tile_width))
 
     @classmethod
-    def from_csr(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
+    def from_csr(cls, x, *, tile_width="auto", slots="auto", dtype=None):
         """Pack a scipy.sparse or cupyx.scipy.sparse matrix (any format).
 
         Duplicates are summed and explicit zeros dropped.
@@ -220,7 +277,7 @@ class TwELLMatrix(SparseMatrix):
     from_coo = from_csr
 
     @classmethod
-    def from_ell(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
+    def from_ell(cls, x, *, tile_width="auto", slots="auto"):
         """Convert an :class:`ELLMatrix`."""
         return cls(x, tile_width=tile_width, slots=slots)
 
@@ -260,10 +317,11 @@ class TwELLMatrix(SparseMatrix):
     # -- attributes ------------------------------------------------------
 
     shape = property(lambda self: self._shape, doc="``(M, K)``.")
-    dtype = property(lambda self: self._parts.data.dtype, doc="Value dtype.")
+    dtype = property(lambda self: self._layout_info[2], doc="Value dtype.")
     tile_width = property(lambda self: self._tile_width, doc="Columns per tile.")
-    slots = property(lambda self: self._parts.data.shape[2], doc="Slots per (row, tile).")
-    n_tiles = property(lambda self: self._parts.counts.shape[1], doc="Number of column tiles.")
+    slots = property(lambda self: self._layout_info[0], doc="Slots per (row, tile).")
+    n_tiles = property(lambda self: _layout.n_tiles(self._shape[1], self._tile_width),
+                       doc="Number of column tiles.")
     counts = property(lambda self: self._parts.counts, doc="Entries in the slots, (M, n_tiles).")
     data = property(lambda self: self._parts.data, doc="Slot values, (M, n_tiles, slots).")
     indices = property(lambda self: self._parts.indices,
@@ -277,37 +335,49 @@ class TwELLMatrix(SparseMatrix):
 
     @property
     def _storage(self):
-        return self._parts.counts
+        return self._csr.indices if self._p is None else self._p.counts
 
     @property
     def nnz(self):
         """Number of stored non-zeros (slots plus overflow). Synchronises on the GPU."""
+        if self._csr is not None:
+            return int(self._csr.indices.size)
         return int(self._parts.counts.sum()) + self.overflow_nnz
 
     @property
     def overflow_nnz(self):
         """Number of entries in the overflow part."""
-        return int(self._parts.overflow_indices.size)
+        return self._layout_info[1]
 
     @property
     def overflow_rows(self):
         """Number of rows with at least one overflow entry. Synchronises on the GPU."""
-        return int((self._xp.diff(self._parts.overflow_indptr) > 0).sum())
+        if self.overflow_nnz == 0:
+            return 0
+        if self._p is None:
+            return _host.overflow_rows(self._csr, self._shape, self._tile_width, self.slots)
+        return int((self._xp.diff(self._p.overflow_indptr) > 0).sum())
 
     @property
     def occupancy(self):
         """Share of slots that hold an entry (1.0 for a matrix without slots)."""
-        total = self._parts.data.size
-        return float(self._parts.counts.sum()) / total if total else 1.0
+        total = self._shape[0] * self.n_tiles * self.slots
+        return (self.nnz - self.overflow_nnz) / total if total else 1.0
 
     @property
     def nbytes(self):
-        """Bytes of all six storage arrays.
+        """Bytes of the six storage arrays, plus, on the host, the compressed-row form that
+        products and conversions run on.
 
-        ``M * n_tiles * (4 + slots * (itemsize + 2)) + 8 * (M + 1)
-        + overflow_nnz * (4 + itemsize)``.
+        The storage takes ``M * n_tiles * (4 + slots * (itemsize + 2)) + 8 * (M + 1)
+        + overflow_nnz * (4 + itemsize)`` bytes, counted whether or not it has been built
+        yet (a host matrix builds it when first asked for). The compressed rows take
+        ``nnz * 8 + 4 * (M + 1)`` bytes (int32 indices; float32 values for 16-bit
+        dtypes), once made.
         """
-        return int(sum(a.nbytes for a in self._parts))
+        storage = _layout.storage_bytes(self._shape, self._tile_width, self.slots,
+                                        self.overflow_nnz, self.dtype.itemsize)
+        return int(storage + (0 if self._csr is None else self._csr.nbytes))
 
     def tile_nnz(self):
         """Non-zeros of every (row, tile), overflow included: int64 (M, n_tiles).
@@ -418,9 +488,17 @@ class TwELLMatrix(SparseMatrix):
         --------
         scipy.sparse.csr_array.toarray
         """
+        csr = self._compute_form()
+        if csr is not None:
+            return _host.to_dense(csr, self.shape, self.dtype)
         return _backend_of(self._xp).to_dense(self._parts, self.shape, self.tile_width)
 
     def _csr_arrays(self):
+        """Canonical CSR ``(indptr int64, indices int32, data)`` of the matrix's dtype."""
+        csr = self._compute_form()
+        if csr is not None:
+            return (csr.indptr.astype(np.int64), csr.indices.astype(np.int32),
+                    _host.values(csr, self.dtype))
         return _backend_of(self._xp).to_csr(self._parts, self.shape, self.tile_width)
 
     def _csr_input(self, dtype=None):
@@ -436,6 +514,10 @@ class TwELLMatrix(SparseMatrix):
         ValueError (``.get().tocsr()`` gives a host array with int64 indices).
         """
         self._check_cupyx_size()
+        csr = self._compute_form()
+        if csr is not None:
+            _sparse_type(np, "csr", self.dtype)  # refuses 16-bit values
+            return csr.scipy(self.shape).copy()
         indptr, indices, data = self._csr_arrays()
         if self._xp is not np:
             # int32 like the indices (nnz fits: checked above), so that cupyx keeps the
@@ -448,6 +530,8 @@ class TwELLMatrix(SparseMatrix):
     def tocoo(self, copy=False):
         """Convert to ``scipy.sparse.coo_array`` (host) or ``cupyx.scipy.sparse.coo_matrix``."""
         self._check_cupyx_size()
+        if self._compute_form() is not None:
+            return self.tocsr().tocoo()
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         idx = np.int32 if self._xp is not np else np.int64
         return _sparse_type(self._xp, "coo", vals.dtype)(
@@ -514,7 +598,10 @@ class TwELLMatrix(SparseMatrix):
 
         Needs PyTorch (twell does not otherwise). Each array crosses through
         DLPack, so nothing is copied: ``to_torch().counts.data_ptr()`` is the
-        address of ``counts``, and a write through either is seen by the other.
+        address of ``counts``, and a write through either is seen by the other. On the
+        host this makes the storage arrays writable (they are read-only otherwise) and
+        the matrix drops its compressed rows, which a write would make disagree: its
+        products then run on the storage arrays themselves, more slowly.
 
         Returns
         -------
@@ -569,6 +656,13 @@ class TwELLMatrix(SparseMatrix):
         >>> p.indices.dtype, p.counts.data_ptr() == a.counts.ctypes.data  # doctest: +SKIP
         (torch.uint16, True)
         """
+        if self._xp is np and not self._shared:
+            # The tensors may be written: the storage becomes the caller's to share, and
+            # the compressed rows, which could then disagree with it, go.
+            self._csr = None
+            for a in self._parts:
+                a.flags.writeable = True
+            self._shared = True
         return parts_to_torch(self._parts)
 
     def get(self):
@@ -582,7 +676,11 @@ class TwELLMatrix(SparseMatrix):
 
     def copy(self):
         """Deep copy (the tile index too, if there is one)."""
-        return TwELLMatrix._from_parts(Parts(*(a.copy() for a in self._parts)),
+        if self._p is None:
+            slots, n_over, dtype = self._layout_info
+            return TwELLMatrix._from_csr(_host.HostCSR(*(a.copy() for a in self._csr)),
+                                         self.shape, self.tile_width, slots, n_over, dtype)
+        return TwELLMatrix._from_parts(Parts(*(a.copy() for a in self._p)),
                                        self.shape, self.tile_width, self._nnz_hint,
                                        self._mapped_tile_index(lambda a: a.copy()))
 
@@ -604,6 +702,18 @@ class TwELLMatrix(SparseMatrix):
         Padding slots stay zero whatever ``fn`` does to zero (NaN * 0), and
         entries that ``fn`` turns into zeros leave the matrix.
         """
+        if self._p is None:  # the host's compressed rows alone: map their values
+            c = self._csr
+            data = fn(_host.values(c, self.dtype))
+            keep = _algorithms.is_nonzero(data)
+            if keep.all():
+                csr = _host.host_csr(c.indptr.copy(), c.indices.copy(), data)
+            else:
+                rows = _algorithms.expand_indptr(c.indptr, c.indices.size)[keep]
+                indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows,
+                                                                               self.shape[0]))
+                csr = _host.host_csr(indptr, c.indices[keep], data[keep])
+            return _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
         p = self._parts
         mask = _algorithms.slot_mask(p.counts, self.slots)
         data = fn(p.data)  # a new array
@@ -627,10 +737,7 @@ class TwELLMatrix(SparseMatrix):
             rows = _algorithms.expand_indptr(indptr, indices.size)[keep]
             indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, self.shape[0]))
             indices, data = indices[keep], data[keep]
-        src = _convert.CSR(indptr, indices, data, self.shape)
-        parts, _ = _pack(src, tile_width, slots)
-        # The kept entries' count is the CSR's length, known on the host whatever the slots.
-        return TwELLMatrix._from_parts(parts, self.shape, tile_width, int(indices.size))
+        return _build(_convert.CSR(indptr, indices, data, self.shape), tile_width, slots)
 
     def _relayout(self, tile_width, slots):
         """This matrix with another tile width and slot count (itself if unchanged)."""
@@ -647,11 +754,14 @@ class TwELLMatrix(SparseMatrix):
         """
         if axes is not None and tuple(axes) != (1, 0):
             raise ValueError(f"axes must be None or (1, 0); got axes={axes!r}")
-        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         m, k = self.shape
+        csr = self._compute_form()
+        if csr is not None:
+            return _from_host_csr(_host.transpose(csr, self.shape), (k, m), self.tile_width,
+                                  "auto", self.dtype)
+        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         src = _convert.csr_from_coo(cols, rows, vals, (k, m))
-        parts, nnz = _pack(src, self.tile_width, "auto")
-        return TwELLMatrix._from_parts(parts, (k, m), self.tile_width, nnz)
+        return _build(src, self.tile_width, "auto")
 
     T = property(transpose, doc="Transpose (see :meth:`transpose`).")
 
@@ -752,7 +862,7 @@ def _is_scalar(x):
 
 def _matmul(a, b):
     """``a @ b`` for TwELL ``a`` and a dense vector or matrix ``b``."""
-    xp = _arrays.array_module(a._parts.counts, b if _is_array(b) else None)
+    xp = _arrays.array_module(a._storage, b if _is_array(b) else None)
     if not _is_array(b):
         b = xp.asarray(b)
     if b.ndim not in (1, 2):
@@ -764,6 +874,9 @@ def _matmul(a, b):
             f"(A.shape[1]={k} must equal other.shape[0]={b.shape[0]})"
         )
     out_dtype = result_dtype(a.dtype, value_dtype(b.dtype, "other.dtype"))
+    csr = a._compute_form()
+    if csr is not None:
+        return _host.matmul(csr, a.shape, b, out_dtype)
     cast = _backend_of(xp).cast
     parts = a._parts
     if parts.data.dtype != out_dtype:
@@ -777,32 +890,109 @@ def _matmul(a, b):
     return out.reshape(m) if vector else out
 
 
-def _pack(src, tile_width, slots):
-    """Dense or CSR input -> ``(Parts, nnz)``, choosing slots when asked for "auto".
+def _build(src, tile_width, slots):
+    """Dense or canonical CSR input -> TwELLMatrix, choosing the tile width and the slots
+    where they are "auto".
 
-    Every TwELL matrix that twell builds passes here: the storage limit is checked
-    before the per-(row, tile) arrays are allocated. With ``slots="auto"`` the per-tile
-    counts give the overflow size and the number of entries too, so the pack need not read
-    them back from the GPU; with slots given, a dense input's pack counts ``nnz`` in the read
-    it makes anyway (the overflow size), and a canonical CSR input's is its length.
+    Every TwELL matrix that twell builds from entries passes here: the storage limit is
+    checked before the per-(row, tile) arrays are allocated. On the host the entries are
+    kept as compressed rows (twell._host), from which the choices are read and the storage
+    is built when first asked for. On the GPU the per-tile counts give the choices, the
+    overflow size and the number of entries in one read-back; with the slots given, a dense
+    input's pack counts ``nnz`` in the read it makes anyway (the overflow size), and a
+    canonical CSR input's is its length.
     """
-    be = _backend_of(_arrays.array_module(src.data if src.kind == "csr" else src.array))
-    check_storage(src.shape, tile_width, 1 if slots == "auto" else slots)
+    if src.kind == "csr":
+        xp, dtype = _arrays.array_module(src.data), src.data.dtype
+    else:
+        xp, dtype = _arrays.array_module(src.array), src.array.dtype
+    if xp is np:
+        return _from_host_csr(_host_rows(src), src.shape, tile_width, slots, dtype)
+    be = _backend_of(xp)
+    shape, hist = src.shape, None
+    if src.kind == "dense" and tile_width == "auto":
+        tile_width, hist = _auto_dense_tiles(be, src.array, slots)
+    elif tile_width == "auto":
+        tile_width = _layout.auto_tile_width(shape, int(src.indices.size), slots)
+    check_storage(shape, tile_width, 1 if slots == "auto" else slots)
     n_over = nnz = None
-    if slots == "auto":
+    if hist is None and slots == "auto":
         if src.kind == "dense":
             counts = be.tile_counts_dense(src.array, tile_width)
         else:
-            counts = be.tile_counts_csr(src.indptr, src.indices, src.shape, tile_width)
+            counts = be.tile_counts_csr(src.indptr, src.indices, shape, tile_width)
         hist = _tile_counts_histogram(counts, tile_width)
-        slots, n_over, nnz = _layout.auto_choice(hist, tile_width)
-        check_storage(src.shape, tile_width, slots)
+    if hist is not None:
+        if slots == "auto":
+            slots, n_over, nnz = _layout.auto_choice(hist, tile_width, shape, dtype.itemsize)
+            check_storage(shape, tile_width, slots)
+        else:
+            n_over, nnz = _layout.slot_overflow(hist, slots), _layout.histogram_nnz(hist)
     if src.kind == "dense":
         parts, counted = be.pack_dense(src.array, tile_width, slots, n_over=n_over)
-        return parts, counted if nnz is None else nnz
+        return TwELLMatrix._from_parts(parts, shape, tile_width, counted if nnz is None else nnz)
     # A canonical CSR holds exactly its entries: its length is the count, with no read.
-    return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots,
-                       n_over=n_over), int(src.indices.size)
+    parts = be.pack_csr(src.indptr, src.indices, src.data, shape, tile_width, slots,
+                        n_over=n_over)
+    return TwELLMatrix._from_parts(parts, shape, tile_width, int(src.indices.size))
+
+
+def _auto_dense_tiles(be, dense, slots):
+    """``(tile_width, hist)`` of ``tile_width="auto"`` for a dense device array: the counts
+    of every 256-column tile, summed pairwise into those of 512, 1024, ... columns up to
+    the row's width, and the histogram of each, read back together (one synchronisation);
+    the entry count decides the width (:func:`twell._layout.auto_tile_width`), whose
+    histogram chooses the slots."""
+    xp = _arrays.array_module(dense)
+    m, k = dense.shape
+    widths = [_layout.GEMM_TILE_WIDTH]
+    while widths[-1] < min(k, _layout.MAX_TILE_WIDTH):
+        widths.append(2 * widths[-1])
+    counts = be.tile_counts_dense(dense, widths[0])
+    hists = [be.count_histogram(counts, widths[0] + 1)]
+    for width in widths[1:]:
+        if counts.shape[1] % 2:
+            counts = xp.concatenate([counts, xp.zeros((m, 1), dtype=counts.dtype)], axis=1)
+        counts = counts.reshape(m, -1, 2).sum(axis=2, dtype=counts.dtype)
+        hists.append(be.count_histogram(counts, width + 1))
+    host = _arrays.to_numpy(xp.concatenate(hists))  # the one device-to-host sync
+    starts = np.cumsum([0] + [w + 2 for w in widths])
+    checked = [_layout.checked_histogram(host[a:b], w)
+               for a, b, w in zip(starts[:-1], starts[1:], widths, strict=True)]
+    tile_width = _layout.auto_tile_width((m, k), _layout.histogram_nnz(checked[0]), slots)
+    level = min(len(widths) - 1, tile_width.bit_length() - widths[0].bit_length())
+    return tile_width, checked[level]
+
+
+def _host_rows(src):
+    """The host's compressed rows (twell._host.HostCSR) of dense or canonical CSR input: a
+    dense float32/float64 array through scipy's kernel (``!= 0`` keeps NaN, Inf and
+    subnormals and drops -0.0, as twell's bit-pattern test does), 16-bit values through
+    NumPy's ``nonzero``."""
+    if src.kind == "csr":
+        return _host.host_csr(src.indptr, src.indices, src.data)
+    x = src.array
+    if x.dtype == _host.compute_dtype(x.dtype):
+        c = sp.csr_array(x)
+        return _host.host_csr(c.indptr, c.indices, c.data)
+    rows, cols = np.nonzero(_algorithms.is_nonzero(x))
+    indptr = _algorithms.exclusive_cumsum(np.bincount(rows, minlength=x.shape[0]))
+    return _host.host_csr(indptr, cols, x[rows, cols])
+
+
+def _from_host_csr(csr, shape, tile_width, slots, dtype):
+    """A host TwELLMatrix of compressed rows, choosing the tile width and the slots where
+    they are "auto" from the rows' lengths and the per-tile counts."""
+    if tile_width == "auto":
+        tile_width = _layout.auto_tile_width(shape, int(csr.indices.size), slots)
+    check_storage(shape, tile_width, 1 if slots == "auto" else slots)
+    hist = _host.tile_counts_histogram(csr, shape, tile_width)
+    if slots == "auto":
+        slots, n_over, _ = _layout.auto_choice(hist, tile_width, shape, np.dtype(dtype).itemsize)
+        check_storage(shape, tile_width, slots)
+    else:
+        n_over = _layout.slot_overflow(hist, slots)
+    return TwELLMatrix._from_csr(csr, shape, tile_width, slots, n_over, dtype)
 
 
 def _tile_counts_histogram(tile_counts, tile_width):
