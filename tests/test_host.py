@@ -48,7 +48,7 @@ def test_default_layout_takes_at_most_three_times_csr(rng, name):
          "powerlaw": lambda: powerlaw(rng, 100_000, 16, 2.0),
          "activations": lambda: sp.csr_array(activations(rng))}[name]()
     a = twell.TwELLMatrix(c)
-    a.counts  # build the storage too
+    a.validate()  # builds the storage too
     storage = sum(p.nbytes for p in (a.counts, a.data, a.indices, a.overflow_indptr,
                                      a.overflow_indices, a.overflow_data))
     assert storage <= _layout.STORAGE_BUDGET * csr_bytes(c)
