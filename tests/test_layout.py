@@ -205,7 +205,7 @@ def test_count_histogram_is_bincount_with_an_outside_bin(backend, counts, size):
 def test_auto_slots_refuses_counts_beyond_the_tile_width():
     # An internal invariant (a count never exceeds its tile's width): broken, it is an error
     # rather than a silently clipped histogram.
-    from twell._twell import _tile_counts_histogram
+    from twell._build import _tile_counts_histogram
 
     with pytest.raises(RuntimeError, match="outside"):
         _tile_counts_histogram(np.array([[0, 3, 9]], dtype=np.int32), 8)
