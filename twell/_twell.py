@@ -685,10 +685,12 @@ class TwELLMatrix(SparseMatrix):
 
     def copy(self):
         """Deep copy (the tile index too, if there is one)."""
-        if self._p is None:
+        if self._csr is not None:  # the host's compressed rows; the storage follows them
             slots, n_over, dtype = self._layout_info
-            return TwELLMatrix._from_csr(_host.HostCSR(*(a.copy() for a in self._csr)),
-                                         self.shape, self.tile_width, slots, n_over, dtype)
+            out = TwELLMatrix._from_csr(_host.HostCSR(*(a.copy() for a in self._csr)),
+                                        self.shape, self.tile_width, slots, n_over, dtype)
+            out._tile_index = self._mapped_tile_index(lambda a: a.copy())
+            return out
         return TwELLMatrix._from_parts(Parts(*(a.copy() for a in self._p)),
                                        self.shape, self.tile_width, self._nnz_hint,
                                        self._mapped_tile_index(lambda a: a.copy()))
@@ -711,7 +713,7 @@ class TwELLMatrix(SparseMatrix):
         Padding slots stay zero whatever ``fn`` does to zero (NaN * 0), and
         entries that ``fn`` turns into zeros leave the matrix.
         """
-        if self._p is None:  # the host's compressed rows alone: map their values
+        if self._csr is not None:  # the host's compressed rows: map their values
             c = self._csr
             data = fn(_host.values(c, self.dtype))
             keep = _algorithms.is_nonzero(data)
@@ -722,7 +724,10 @@ class TwELLMatrix(SparseMatrix):
                 indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows,
                                                                                self.shape[0]))
                 csr = _host.host_csr(indptr, c.indices[keep], data[keep])
-            return _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
+            result = _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
+            if keep.all():  # the same entries where they were: the same counts and index
+                result._tile_index = self._tile_index
+            return result
         p = self._parts
         mask = _algorithms.slot_mask(p.counts, self.slots)
         data = fn(p.data)  # a new array
@@ -853,7 +858,6 @@ def _is_array(x):
 
 
 def _is_sparse(x):
-
     return sp.issparse(x) or _arrays.is_cupyx_sparse(x)
 
 
