@@ -14,8 +14,8 @@
 //   and row checks are computed once, not per step.
 // The epilogue:
 //   each warp rounds relu(acc) once to T and stages it in shared memory (pitch 256 + 8 values:
-//   conflict-free fragment stores); then each warp packs 16 rows, one (row, tile) pair at a
-//   time, through pack_chunk (pack_warp.cuh): the slots, counts and totals as the dense pack
+//   conflict-free fragment stores); then pack_staged_block (matmul_pack.cuh) packs the staged
+//   block, each warp kPackRows rows at once: the slots, counts and totals as the dense pack
 //   kernel writes them. A pair with more than S non-zeros reserves room for its extra entries
 //   in a spill buffer (an integer atomicAdd: where they land varies, what lands does not) and
 //   writes them there in column order with their global columns; spill_start[pair] records

@@ -1,12 +1,18 @@
 """Sphinx configuration of the twell documentation.
 
 Build: ``bash scripts/build_docs.sh`` (sphinx-build -W --keep-going -b html docs docs/_build/html
-in the project's virtual environment). Every figure is drawn at build time by the plot directive
-from code shown on the page, with the installed twell; nothing is fetched from the network
-(no intersphinx).
+in the project's virtual environment). Every figure is drawn at build time: by the plot directive
+from code shown on the page, with the installed twell, and by the ``twell_bench`` extension
+(``docs/_ext/``) from the benchmark results in ``benchmarks/results/*.json``, as are the tables of
+those results. Nothing is fetched from the network (no intersphinx).
 """
 
+import sys
+from pathlib import Path
+
 import twell
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 project = "twell"
 author = "the twell authors"
@@ -19,9 +25,11 @@ extensions = [
     "sphinx.ext.autosummary",
     "numpydoc",
     "matplotlib.sphinxext.plot_directive",
+    "twell_bench",
 ]
 
-exclude_patterns = ["_build"]
+# _generated: the benchmark figures that twell_bench writes while reading a page.
+exclude_patterns = ["_build", "_generated"]
 templates_path = []
 root_doc = "index"
 default_role = "code"

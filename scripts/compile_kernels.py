@@ -7,10 +7,7 @@ memory and spill report; exits non-zero on any compile error, and on spills
 (beyond the few bytes ``ACCEPTED_SPILL_STORES`` grants a kernel measured faster with them)
 unless ``--allow-spills``.
 
-Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90 [--prototypes]
-
-``--prototypes`` also compiles ``benchmarks/prototypes/*.cu`` (standalone kernels not yet
-run, outside the package) for sm_90a, so that they do not rot while they wait for a GPU.
+Usage: python scripts/compile_compile.py --arch sm_80 --arch sm_90
 """
 
 import argparse
@@ -23,7 +20,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from twell._cuda import _compile as _kernels  # noqa: E402
+from twell._cuda import _compile  # noqa: E402
 
 
 def main():
@@ -31,23 +28,21 @@ def main():
     parser.add_argument("--arch", action="append", default=[], help="e.g. sm_80 (repeatable)")
     parser.add_argument("--nvcc", default="nvcc")
     parser.add_argument("--allow-spills", action="store_true")
-    parser.add_argument("--prototypes", action="store_true",
-                        help="also compile benchmarks/prototypes/*.cu for sm_90a")
     args = parser.parse_args()
     archs = args.arch or ["sm_80", "sm_90"]
     src = ROOT / "cuda_src"
-    missing = sorted(p.name for p in src.glob("*.cu") if p.name not in _kernels.INSTANCES)
+    missing = sorted(p.name for p in src.glob("*.cu") if p.name not in _compile.INSTANCES)
     if missing:
         sys.exit(f"cuda_src has sources the loader does not know: {missing}")
     failed, spills = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, instances in _kernels.INSTANCES.items():
+        for name, instances in _compile.INSTANCES.items():
             unit = pathlib.Path(tmp) / name
             refs = ",\n  ".join(f"(const void*)&{e}" for e in instances)
             unit.write_text(f'#include "{src / name}"\n'
                             f"const void* const twell_ci_instances[] = {{\n  {refs}\n}};\n")
             # An ARCH_SOURCES file is built for its own architecture only (e.g. sm_90a).
-            own = _kernels.ARCH_SOURCES.get(name)
+            own = _compile.ARCH_SOURCES.get(name)
             for arch in [own[0]] if own else archs:
                 print(f"== {name} {arch}", flush=True)
                 returncode, report = _nvcc(args.nvcc, unit, arch,
@@ -64,11 +59,9 @@ def main():
         print("spills:\n  " + "\n  ".join(spills))
         if not args.allow_spills:
             sys.exit("register spills found (pass --allow-spills to accept)")
-    print(f"compiled {sum(len(v) for v in _kernels.INSTANCES.values())} kernels for {archs} "
-          f"(and {sorted(set(a for a, _ in _kernels.ARCH_SOURCES.values()))} for "
-          f"{sorted(_kernels.ARCH_SOURCES)}): OK")
-    if args.prototypes:
-        _compile_prototypes(args.nvcc)
+    print(f"compiled {sum(len(v) for v in _compile.INSTANCES.values())} kernels for {archs} "
+          f"(and {sorted(set(a for a, _ in _compile.ARCH_SOURCES.values()))} for "
+          f"{sorted(_compile.ARCH_SOURCES)}): OK")
 
 
 _SHOWN = ("Compiling entry", "Used", "spill", "error")
@@ -98,35 +91,19 @@ def _spills(report):
     return out
 
 
-def _nvcc(nvcc, source, arch, cubin, shown=_SHOWN):
+def _nvcc(nvcc, source, arch, cubin):
     """Compile ``source`` to ``cubin`` with twell's options and -I cuda_src; print the report
-    lines that contain one of ``shown`` (ptxas' registers and spills, errors); return
+    lines that contain one of ``_SHOWN`` (ptxas' registers and spills, errors); return
     (exit status, report).
     """
-    res = subprocess.run([nvcc, *_kernels.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
+    res = subprocess.run([nvcc, *_compile.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
                           f"-I{ROOT / 'cuda_src'}", "-o", str(cubin), str(source)],
                          capture_output=True, text=True)
     report = res.stdout + res.stderr
     for line in report.splitlines():
-        if any(w in line for w in shown):
+        if any(w in line for w in _SHOWN):
             print("  " + line.strip().replace("ptxas info    : ", ""))
     return res.returncode, report
-
-
-def _compile_prototypes(nvcc):
-    """Each prototype is one source with extern "C" kernels (sm_90a); it may include the
-    headers of cuda_src."""
-    sources = sorted((ROOT / "benchmarks" / "prototypes").glob("*.cu"))
-    with tempfile.TemporaryDirectory() as tmp:
-        for path in sources:
-            print(f"== prototype {path.name} sm_90a", flush=True)
-            # ptxas warnings too: it warns when it has to serialise wgmma.
-            returncode, report = _nvcc(nvcc, path, "sm_90a", pathlib.Path(tmp) / "p.cubin",
-                                       shown=(*_SHOWN, "warning"))
-            if returncode:
-                print(report)
-                sys.exit(f"prototype {path.name} failed to compile")
-    print(f"compiled {len(sources)} prototype sources for sm_90a: OK")
 
 
 if __name__ == "__main__":

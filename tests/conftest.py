@@ -146,7 +146,7 @@ def _gpu_skip(report):
 def pytest_terminal_summary(terminalreporter):
     # pytest's "-rs" lists every skip location, a line each: on a machine without a GPU that
     # is one line per GPU test. Those are held back from the listing and counted on one line;
-    # the session's totals still count them.
+    # the totals on the last line still count them.
     skipped = terminalreporter.stats.get("skipped", [])
     gpu = [r for r in skipped if _gpu_skip(r)]
     if gpu:

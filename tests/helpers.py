@@ -293,3 +293,14 @@ def gpu_spmm(*args, way=None, **kwargs):
         return _spmm.spmm(*args, **kwargs)
     finally:
         _policy.spmm_way = chosen
+
+
+def editable(a):
+    """A matrix on writable copies of ``a``'s storage arrays, which a test may then break in
+    place: twell keeps the storage of its own host matrices read-only, and a matrix shares
+    the arrays of the constructor's tuple form, writable, as this one does."""
+    arrays = tuple(x.copy() for x in (a.counts, a.data, a.indices, a.overflow_indptr,
+                                      a.overflow_indices, a.overflow_data))
+    out = twell.TwELLMatrix.__new__(twell.TwELLMatrix)
+    out._set(arrays, a.shape, a.tile_width, shared=True)  # unchecked, as the test wants
+    return out

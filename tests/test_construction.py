@@ -16,6 +16,7 @@ from helpers import (
     assert_parts_equal,
     cast,
     dense_from_parts,
+    editable,
     parts_of,
 )
 from hypothesis import given
@@ -218,12 +219,13 @@ def test_twell_from_ell_with_dtype_drops_values_that_round_to_zero():
 def test_tuple_constructor_copy_flag(backend):
     a = twell.TwELLMatrix(backend.asarray(EDGE_CASES["capacity + 1, K == T + 1"].dense),
                           tile_width=8, slots=3)
-    arrays = (a.counts, a.data, a.indices, a.overflow_indptr, a.overflow_indices,
-              a.overflow_data)
+    # The caller's own (writable) arrays: twell keeps its host matrices' storage read-only.
+    arrays = tuple(x.copy() for x in (a.counts, a.data, a.indices, a.overflow_indptr,
+                                      a.overflow_indices, a.overflow_data))
     shared = twell.TwELLMatrix(arrays, shape=a.shape, tile_width=8)
     copied = twell.TwELLMatrix(arrays, shape=a.shape, tile_width=8, copy=True)
     before = dense_from_parts(a)
-    a.data[...] = 7.0  # poison the source arrays
+    arrays[1][...] = 7.0  # poison the source arrays
     assert_dense_equal(dense_from_parts(copied), before)
     assert float(backend.to_host(shared.data).max()) == 7.0  # copy=False shares, as documented
 
@@ -231,7 +233,8 @@ def test_tuple_constructor_copy_flag(backend):
 def test_tuple_constructor_with_dtype(backend):
     x = np.array([[1e-8, 2.0, 0.0]])
     a = twell.TwELLMatrix(backend.asarray(x))
-    b = twell.TwELLMatrix(parts_of_backend(a), shape=a.shape, dtype=np.float16)
+    b = twell.TwELLMatrix(parts_of_backend(a), shape=a.shape, tile_width=a.tile_width,
+                          dtype=np.float16)
     check_matrix(b, x, backend, F16)
 
 
@@ -265,7 +268,7 @@ def test_constructor_leaves_its_input_alone(rng):
 
 
 def test_twell_input_with_copy_is_independent(backend):
-    a = twell.TwELLMatrix(backend.asarray(np.eye(4)), tile_width=2)
+    a = editable(twell.TwELLMatrix(backend.asarray(np.eye(4)), tile_width=2))
     b = twell.TwELLMatrix(a, copy=True)
     a.data[...] = 9.0
     assert_dense_equal(dense_from_parts(b), np.eye(4))

@@ -62,7 +62,7 @@ def test_the_file_name_is_kept_and_compression_shrinks_padding(tmp_path):
 
 def test_the_file_holds_plain_arrays():
     """Any NumPy program reads the file with allow_pickle=False; bfloat16 is stored as bits."""
-    a = twell.TwELLMatrix(np.eye(4, 300, dtype=twell.bfloat16), slots=2)
+    a = twell.TwELLMatrix(np.eye(4, 300, dtype=twell.bfloat16), tile_width=256, slots=2)
     f = io.BytesIO()
     twell.save(f, a)
     f.seek(0)

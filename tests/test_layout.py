@@ -39,7 +39,7 @@ def brute_auto_slots(hist, tile_width, fraction=twell.AUTO_OVERFLOW_FRACTION,
 
 
 def test_public_constants():
-    assert twell.DEFAULT_TILE_WIDTH == 256
+    assert twell.GEMM_TILE_WIDTH == 256
     assert twell.AUTO_OVERFLOW_FRACTION == 0.01
     assert twell.AUTO_MAX_FACTOR == 4
 
@@ -138,11 +138,54 @@ def test_matrix_auto_slots_follows_the_per_tile_counts(backend, case):
     a = twell.TwELLMatrix(backend.asarray(case.dense), tile_width=t)
     per_tile = tile_counts(case.dense, t)
     hist = np.bincount(per_tile.ravel(), minlength=1).tolist()
-    assert a.slots == brute_auto_slots(hist, t)
-    nnz = int(np.count_nonzero(case.dense))
-    cap = twell.AUTO_MAX_FACTOR * brute_typical(hist)
-    assert a.overflow_nnz <= twell.AUTO_OVERFLOW_FRACTION * nnz or a.slots in (t, cap)
+    assert a.slots == brute_budget_slots(hist, t, case.dense.shape, a.dtype.itemsize)
+    assert a.slots <= brute_auto_slots(hist, t)
     assert a.n_tiles == -(-case.dense.shape[1] // t)
+
+
+def brute_storage(hist, tile_width, shape, slots, itemsize):
+    """Bytes of the storage arrays with ``slots``, from the definition."""
+    m, k = shape
+    over = sum(n * max(c - slots, 0) for c, n in enumerate(hist))
+    return (m * -(-k // tile_width) * (4 + slots * (itemsize + 2)) + 8 * (m + 1)
+            + over * (4 + itemsize))
+
+
+def brute_budget_slots(hist, tile_width, shape, itemsize):
+    """slots="auto": auto_slots's count, lowered to the largest whose storage takes at most
+    STORAGE_BUDGET times the matrix's CSR bytes, or the one of fewest bytes if none does."""
+    top = brute_auto_slots(hist, tile_width)
+    nnz = sum(c * n for c, n in enumerate(hist))
+    budget = _layout.STORAGE_BUDGET * (nnz * (itemsize + 4) + 4 * (shape[0] + 1))
+    sizes = {s: brute_storage(hist, tile_width, shape, s, itemsize) for s in range(1, top + 1)}
+    fitting = [s for s, b in sizes.items() if b <= budget]
+    return max(fitting) if fitting else min(sizes, key=lambda s: (sizes[s], s))
+
+
+@given(hist=histograms(), tile_width=st.integers(1, 300), rows=st.integers(1, 500),
+       itemsize=st.sampled_from([2, 4, 8]))
+def test_auto_choice_meets_the_storage_budget_by_its_definition(hist, tile_width, rows,
+                                                                 itemsize):
+    hist = hist[: tile_width + 1]
+    pairs = sum(hist)
+    shape = (rows, max(1, -(-pairs // rows)) * tile_width)
+    slots, n_over, nnz = _layout.auto_choice(np.array(hist), tile_width, shape, itemsize)
+    assert slots == brute_budget_slots(hist, tile_width, shape, itemsize)
+    assert n_over == sum(n * max(c - slots, 0) for c, n in enumerate(hist))
+    assert nnz == sum(c * n for c, n in enumerate(hist))
+
+
+@pytest.mark.parametrize(("shape", "nnz", "slots", "width"), [
+    ((4096, 5632), 230_000, "auto", 256),      # ReLU activations at 1%: ~2.6 per 256 columns
+    ((4096, 5632), 4096 * 10, "auto", 8192),   # 10 a row: one tile as wide as the row
+    ((90_000, 90_000), 448_800, "auto", 65536),  # a stencil: the widest tile
+    ((10, 200), 20, "auto", 256),              # K <= 256: one tile of 256
+    ((10, 5000), 10, 300, 8192),               # at least as wide as the slots given...
+    ((10, 5000), 50_000, 300, 512),            # ... rounded up to a power of two
+    ((0, 5000), 0, "auto", 256),               # nothing to choose from
+])
+def test_auto_tile_width(shape, nnz, slots, width):
+    assert _layout.auto_tile_width(shape, nnz, slots) == width
 
 
 @given(counts=st.lists(st.integers(-3, 40), max_size=300), size=st.integers(1, 40))
@@ -162,7 +205,7 @@ def test_count_histogram_is_bincount_with_an_outside_bin(backend, counts, size):
 def test_auto_slots_refuses_counts_beyond_the_tile_width():
     # An internal invariant (a count never exceeds its tile's width): broken, it is an error
     # rather than a silently clipped histogram.
-    from twell._twell import _tile_counts_histogram
+    from twell._build import _tile_counts_histogram
 
     with pytest.raises(RuntimeError, match="outside"):
         _tile_counts_histogram(np.array([[0, 3, 9]], dtype=np.int32), 8)

@@ -115,10 +115,19 @@ def test_nbytes_of_every_representation():
     x[0, [1, 2, 3]] = 1
     x[1, 9] = 2
     a = twell.TwELLMatrix(x, tile_width=4, slots=2)
-    # counts 3x3 int32, data and indices 3x3x2 (4 + 2 bytes), indptr 4 int64, 1 overflow entry
-    assert a.nbytes == 9 * 4 + 18 * 6 + 4 * 8 + 1 * (4 + 4)
-    assert a.nbytes == sum(p.nbytes for p in (a.counts, a.data, a.indices, a.overflow_indptr,
-                                              a.overflow_indices, a.overflow_data))
+    # counts 3x3 int32, data and indices 3x3x2 (4 + 2 bytes), indptr 4 int64, 1 overflow
+    # entry; then the host's compressed rows: 4 entries of int32 column and float32 value, a
+    # row pointer of 4 int32
+    storage = 9 * 4 + 18 * 6 + 4 * 8 + 1 * (4 + 4)
+    rows = 4 * (4 + 4) + 4 * 4
+    assert a.nbytes == storage + rows
+    assert storage == sum(p.nbytes for p in (a.counts, a.data, a.indices, a.overflow_indptr,
+                                             a.overflow_indices, a.overflow_data))
     e = a.to_ell()
     assert e.nbytes == 3 * 3 * (4 + 4) == e.data.nbytes + e.indices.nbytes
-    assert a.astype(twell.bfloat16).nbytes == 9 * 4 + 18 * 4 + 4 * 8 + 1 * (4 + 2)
+    # 16-bit values: kept as float32 in the compressed rows (scipy holds no 16-bit type),
+    # made for the first product
+    b = a.astype(twell.bfloat16)
+    b @ np.ones(10, dtype=np.float32)
+    assert b.nbytes == 9 * 4 + 18 * 4 + 4 * 8 + 1 * (4 + 2) + rows
+

@@ -12,9 +12,6 @@ import scipy.sparse.linalg as sla
 
 import twell
 
-#: Wide tiles for the Poisson matrices: 5 entries a row spread over 2 * grid + 1 columns.
-TILE_WIDTH = 65536
-
 
 def poisson(grid):
     """The 2-D Poisson matrix (5-point stencil) of a grid x grid mesh, scipy CSR, float64."""
@@ -42,7 +39,7 @@ def test_cg_on_poisson_as_on_csr(grid):
     csr = poisson(grid)
     b = np.random.default_rng(grid).standard_normal(csr.shape[0])
     want, n_csr = _cg(csr, b)
-    got, n_twell = _cg(twell.TwELLMatrix(csr, tile_width=TILE_WIDTH), b)
+    got, n_twell = _cg(twell.TwELLMatrix(csr), b)  # the automatic layout: one wide tile
     assert n_twell == n_csr
     assert _rel(got, want) <= 1e-8
 
@@ -152,7 +149,6 @@ def test_cupyx_cg_on_poisson_as_on_cupyx_csr(gpu):
     csr = cs.csr_matrix(poisson(100))
     b = gpu.xp.ones(csr.shape[0])
     want, _ = cla.cg(csr, b, rtol=1e-10, maxiter=5000)
-    got, info = cla.cg(twell.TwELLMatrix(csr, tile_width=TILE_WIDTH), b, rtol=1e-10,
-                       maxiter=5000)
+    got, info = cla.cg(twell.TwELLMatrix(csr), b, rtol=1e-10, maxiter=5000)
     assert info == 0
     assert _rel(gpu.to_host(got), gpu.to_host(want)) <= 1e-8

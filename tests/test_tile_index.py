@@ -5,7 +5,7 @@ against the same products without the index (same bits) and against scipy in flo
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import BF16, F16, F32, F64, cast, dense_from_parts
+from helpers import BF16, F16, F32, F64, cast, dense_from_parts, editable
 from hypothesis import given
 from strategies import RHS, cases, edge_examples, rhs
 from test_matmul import check_product, reference
@@ -106,7 +106,7 @@ def test_the_index_goes_where_the_counts_go(backend, rng):
 def test_an_index_built_again_follows_counts_written_in_place(backend, rng):
     # The index describes the counts when it was built: after an edit in place (row 6's
     # entries moved to its first tile), index_tiles() again gives the new product.
-    a = _wide(backend, rng, F64)
+    a = editable(_wide(backend, rng, F64))  # storage the caller may write, shared
     a.index_tiles()
     row = 6
     counts = backend.to_host(a.counts).copy()

@@ -8,7 +8,7 @@ exception type, with a message naming the invariant, on both backends.
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import DTYPES, cast
+from helpers import DTYPES, cast, editable
 from hypothesis import given
 from strategies import cases, coo_cases, edge_examples
 
@@ -46,7 +46,7 @@ def base_matrix(backend):
     a = twell.TwELLMatrix(backend.asarray(x), tile_width=4, slots=2)
     assert backend.to_host(a.counts).tolist() == [[2, 1, 0], [0, 0, 2], [0, 1, 0]]
     assert backend.to_host(a.overflow_indices).tolist() == [3]
-    return a
+    return editable(a)
 
 
 def _set(array, index, values):
@@ -114,7 +114,7 @@ def test_overflow_rows_must_be_sorted(backend):
     """Two overflow entries of one row in the wrong order."""
     x = np.zeros((1, 8))
     x[0, :4] = [1, 2, 3, 4]
-    a = twell.TwELLMatrix(backend.asarray(x), tile_width=4, slots=1)
+    a = editable(twell.TwELLMatrix(backend.asarray(x), tile_width=4, slots=1))
     assert backend.to_host(a.overflow_indices).tolist() == [1, 2, 3]
     a.overflow_indices[:] = backend.asarray(np.array([1, 3, 2], dtype=np.int32))
     with pytest.raises(ValueError, match="overflow_indices must be strictly increasing"):

@@ -28,7 +28,7 @@ def test_tile_width_out_of_range(backend, tile_width):
 @pytest.mark.parametrize("tile_width", [2.0, "8", True, None, np.float32(4)],
                          ids=["float", "str", "bool", "None", "np.float32"])
 def test_tile_width_of_the_wrong_kind(backend, tile_width):
-    with raises(TypeError, f"tile_width must be an int; got tile_width={tile_width!r}"):
+    with raises(TypeError, f'tile_width must be "auto" or an int; got tile_width={tile_width!r}'):
         twell.TwELLMatrix(backend.asarray(np.eye(3)), tile_width=tile_width)
 
 
@@ -47,7 +47,7 @@ def test_slots_out_of_range(backend, tile_width, slots):
 
 def test_slots_message_of_the_issue():
     with raises(ValueError, "slots must be between 1 and tile_width=256; got slots=300"):
-        twell.TwELLMatrix(np.eye(3), slots=300)
+        twell.TwELLMatrix(np.eye(3), tile_width=256, slots=300)
 
 
 @pytest.mark.parametrize("slots", ["Auto", "", "max"])

@@ -7,7 +7,7 @@ rest go, losslessly, to a CSR overflow part. The same API runs on NumPy
 
 Public API
 ----------
-TwELLMatrix, ELLMatrix, from_packed, auto_slots, bfloat16, cuda_available,
+TwELLMatrix, ELLMatrix, from_packed, auto_slots, auto_tile_width, bfloat16, cuda_available,
 matmul_to_twell, sparse_ffn, save, load; PyTorch interop (torch is optional):
 from_torch, to_torch, from_torch_parts, from_torch_array, TorchParts.
 """
@@ -17,7 +17,14 @@ from ._dlpack import TorchParts, from_torch_array, to_torch
 from ._ell import ELLMatrix
 from ._ffn import matmul_to_twell, sparse_ffn
 from ._io import load, save
-from ._layout import AUTO_MAX_FACTOR, AUTO_OVERFLOW_FRACTION, DEFAULT_TILE_WIDTH, auto_slots
+from ._layout import (
+    AUTO_MAX_FACTOR,
+    AUTO_OVERFLOW_FRACTION,
+    GEMM_TILE_WIDTH,
+    STORAGE_BUDGET,
+    auto_slots,
+    auto_tile_width,
+)
 from ._torch import from_torch, from_torch_parts
 from ._twell import TwELLMatrix
 from ._validation import SUPPORTED_DTYPES, bfloat16
@@ -28,13 +35,15 @@ from_packed = TwELLMatrix.from_packed
 __all__ = [
     "AUTO_MAX_FACTOR",
     "AUTO_OVERFLOW_FRACTION",
-    "DEFAULT_TILE_WIDTH",
     "ELLMatrix",
+    "GEMM_TILE_WIDTH",
+    "STORAGE_BUDGET",
     "SUPPORTED_DTYPES",
     "TorchParts",
     "TwELLMatrix",
     "__version__",
     "auto_slots",
+    "auto_tile_width",
     "bfloat16",
     "cuda_available",
     "from_packed",

@@ -9,7 +9,7 @@ the behaviour of a two-dimensional sparse matrix that does not depend on the sto
 
 import numpy as np
 
-from . import _arrays, _layout
+from . import _arrays
 from ._sparse_api import SparseArrayAPI
 
 
@@ -56,7 +56,7 @@ class SparseMatrix(SparseArrayAPI):
         """``"cpu"`` for NumPy-backed matrices, else the CuPy device."""
         return "cpu" if self._xp is np else self._storage.device
 
-    def to_twell(self, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
+    def to_twell(self, tile_width="auto", slots="auto"):
         """Convert to :class:`~twell.TwELLMatrix` (see its constructor for the arguments)."""
         return self._formats["twell"](self, tile_width=tile_width, slots=slots)
 

@@ -15,8 +15,6 @@ convert IN OUT
     :mod:`twell._files`) or ``--from``/``--to``.
 show FILE -o PICTURE
     The TwELL layout picture (``twell.plot.layout``, matplotlib).
-bench
-    The GPU benchmark suite of a source checkout.
 
 Exit status: 0 on success, 1 on an error (missing or invalid file, unknown
 format) or a failed demo check, 2 on a usage error (unknown option, bad
@@ -148,12 +146,6 @@ def build_parser():
     )
     demo.set_defaults(func=run_demo, parser=demo)
 
-    bench = sub.add_parser(
-        "bench", help="the GPU benchmark suite (benchmarks/bench.py of a source checkout)",
-        description="Run the GPU benchmark suite; arguments go to benchmarks/bench.py "
-                    "(see 'python benchmarks/bench.py --help').", add_help=False)
-    bench.set_defaults(func=_run_bench, accepts_extra=True, parser=bench)
-
     info = sub.add_parser(
         "info", help="statistics of a matrix file: nnz per (row, tile), overflow, bytes",
         description="Print the shape, dtype, nnz and density of a matrix file, the "
@@ -242,12 +234,6 @@ def _error(line):
     print(line, file=sys.stderr)
 
 
-def _run_bench(args):
-    from . import _bench
-
-    return _bench.main(args.extra)
-
-
 # -- info, convert, show ---------------------------------------------------------
 
 #: Rows that ``twell show`` draws unless told (more make an unreadable picture).
@@ -272,10 +258,11 @@ def _as_twell(src, tile_width, slots, dtype=None):
 
     is_twell = isinstance(src, twell.TwELLMatrix)
     if tile_width is None:
-        tile_width = src.tile_width if is_twell else twell.DEFAULT_TILE_WIDTH
+        tile_width = src.tile_width if is_twell else "auto"
     if slots == "auto" and is_twell and tile_width == src.tile_width:
         # The constructor keeps a TwELL input's slots under "auto"; --slots auto asks anew.
-        slots = twell.auto_slots(np.bincount(src.tile_nnz().ravel(), minlength=1), tile_width)
+        slots = twell.auto_slots(np.bincount(src.tile_nnz().ravel(), minlength=1), tile_width,
+                                 shape=src.shape, itemsize=src.dtype.itemsize)
     return twell.TwELLMatrix(src, tile_width=tile_width, slots=slots or "auto", dtype=dtype)
 
 
@@ -288,7 +275,8 @@ def run_info(args):
     nnz = a.nnz
     tile_nnz = a.tile_nnz().ravel()
     hist = np.bincount(tile_nnz, minlength=1)
-    recommended = twell.auto_slots(hist, a.tile_width)
+    recommended = twell.auto_slots(hist, a.tile_width, shape=a.shape,
+                                   itemsize=a.dtype.itemsize)
     kept = (isinstance(src, twell.TwELLMatrix) and args.slots is None
             and a.tile_width == src.tile_width)
     slots_how = "given" if args.slots not in (None, "auto") else "the file's" if kept else '"auto"'
@@ -318,7 +306,8 @@ def run_info(args):
         ("recommended slots", f"{recommended} (twell.auto_slots: the fewest that leave at most "
                               f"{twell.AUTO_OVERFLOW_FRACTION:.0%} of the non-zeros in the "
                               f"overflow, at most {twell.AUTO_MAX_FACTOR} times the count that "
-                              "99% of the non-empty (row, tile) pairs fit in)"),
+                              "99% of the non-empty (row, tile) pairs fit in, and fewer while "
+                              "the storage would take more than twice the bytes of CSR)"),
     ], indent="")
 
     print("\nnon-zeros per (row, tile)")

@@ -131,7 +131,7 @@ class ELLMatrix(SparseMatrix):
         out._set(data, indices, shape)
         return out
 
-    # Replacing either array drops the caches keyed on it (see _storage_arrays).
+    # Replacing either array drops the caches keyed on it (see _storage_key).
     data = property(lambda self: self._data,
                     lambda self, value: self._set(value, self._indices, self._shape),
                     doc="Values, (M, width); padding slots hold zero.")
@@ -143,7 +143,7 @@ class ELLMatrix(SparseMatrix):
     _storage = property(lambda self: self._data)
     width = property(lambda self: self._data.shape[1], doc="Slots per row.")
 
-    def _storage_arrays(self):
+    def _storage_key(self):
         return (self._data, self._indices)
 
     @property
@@ -276,7 +276,7 @@ class ELLMatrix(SparseMatrix):
     def _twell_form(self, build=True):
         """The matrix as a TwELLMatrix (slots by ``"auto"``), packed once and cached for the
         products; keyed on the storage arrays, as the transpose is."""
-        key = self._storage_arrays()
+        key = self._storage_key()
         cached = self.__dict__.get("_twell_cache")
         if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
             return cached[1]

@@ -58,7 +58,7 @@ def _activate(z, activation):
     return _ACTIVATE[activation](_arrays.array_module(z), z)
 
 
-def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_WIDTH,
+def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WIDTH,
                     slots="auto"):
     """``activation(x @ w.T)`` as a TwELLMatrix.
 
@@ -149,7 +149,7 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.DEFAULT_TILE_
 
 
 def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
-               tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
+               tile_width=_layout.GEMM_TILE_WIDTH, slots="auto"):
     """A ReLU-sparse feed-forward layer through TwELL.
 
     Gated: ``(relu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T``, the up projection computed only

@@ -362,7 +362,6 @@ def _read(npz, label):
 def _ell(data, indices, shape):
     from ._ell import ELLMatrix
 
-    e = ELLMatrix.__new__(ELLMatrix)
-    e.data, e.indices, e.shape = data, indices, shape
+    e = ELLMatrix._wrap(data, indices, shape)
     e.validate()
     return e

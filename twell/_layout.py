@@ -21,8 +21,10 @@ import math
 
 import numpy as np
 
-#: Default tile width: the N-tile of the Hopper GEMM that produces TwELL.
-DEFAULT_TILE_WIDTH = 256
+#: The N-tile of the Hopper GEMM that produces TwELL: the tile width of the fused GEMM's
+#: output (``matmul_to_twell``) and of the reference's packed layout, and the one that
+#: ``tile_width="auto"`` takes wherever a row's entries average one or more per tile of it.
+GEMM_TILE_WIDTH = 256
 
 #: Largest tile width: columns within a tile are stored as uint16.
 MAX_TILE_WIDTH = 65536
@@ -49,8 +51,13 @@ MAX_ROWS = MAX_COLUMNS
 #: raises the allocator's MemoryError.
 MAX_STORED_SLOTS = (2**31 - 1) * 8
 
+#: ``tile_width="auto"`` and ``slots="auto"`` keep the storage arrays within this many times
+#: the bytes of the same matrix in CSR (int32 indices) where the layout allows it
+#: (:func:`auto_choice`); a host matrix also keeps its compressed-row form beside them.
+STORAGE_BUDGET = 2
+
 #: Reference packed layout: tile width and index width.
-PACKED_TILE_WIDTH = 256
+PACKED_TILE_WIDTH = GEMM_TILE_WIDTH
 PACKED_MAX_COLUMNS = 65536
 PACKED_COMPRESSIONS = (2, 4, 8)
 
@@ -143,10 +150,12 @@ def slot_overflow(tile_counts_histogram, slots):
 
 
 def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTION,
-               max_factor=AUTO_MAX_FACTOR):
+               max_factor=AUTO_MAX_FACTOR, *, shape=None, itemsize=None):
     """Smallest slot count (>= 1) whose overflow is at most ``fraction`` of the non-zeros,
     but no more than ``max_factor`` times the count that 99% of the non-empty (row, tile)
-    pairs fit in.
+    pairs fit in; with ``shape`` and ``itemsize``, lowered while the storage arrays would
+    take more than :data:`STORAGE_BUDGET` times the matrix's bytes in CSR (the choice of
+    ``slots="auto"``, :func:`auto_choice`).
 
     The cap matters only where a few pairs hold far more entries than the rest (the hubs
     of a power-law graph): the fraction alone would give every pair the room of those few,
@@ -169,22 +178,96 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     max_factor : float or None
         The cap, in multiples of the count that 99% of the non-empty pairs fit in; None
         for no cap.
+    shape : tuple of int, optional
+        ``(M, K)`` of the matrix, for the storage budget (with ``itemsize``).
+    itemsize : int, optional
+        Bytes of a value, for the storage budget (with ``shape``).
     """
     if not fraction >= 0:
         raise ValueError(f"fraction must be at least 0; got fraction={fraction!r}")
     if max_factor is not None and not max_factor >= 1:
         raise ValueError(f"max_factor must be None or at least 1; got max_factor={max_factor!r}")
     counts = _counts(tile_counts_histogram)
-    return _auto_slots(counts, _nnz(counts), tile_width, fraction, max_factor)
+    nnz = _nnz(counts)
+    slots = _auto_slots(counts, nnz, tile_width, fraction, max_factor)
+    if shape is not None and itemsize is not None:
+        slots = _within_budget(counts, nnz, slots, shape, tile_width, itemsize)
+    return slots
 
 
-def auto_choice(tile_counts_histogram, tile_width):
+def auto_tile_width(shape, nnz, slots="auto"):
+    """The tile width of ``tile_width="auto"`` for an ``(M, K)`` matrix of ``nnz`` entries.
+
+    :data:`GEMM_TILE_WIDTH` (256) where a row's entries average one or more per 256 columns
+    (the activations of a ReLU layer, the reference's packed layout) or where ``K`` is at
+    most 256; otherwise one tile as wide as the row (the power of two at or above ``K``), up
+    to :data:`MAX_TILE_WIDTH`. A row of few entries spread over many columns (a stencil, a
+    graph) then stores one count and one set of slots instead of a count and slots for every
+    narrow tile, most of them empty: the layout's bytes grow with the number of tiles. With
+    ``slots`` given, the tile is at least that wide.
+    """
+    m, k = shape
+    width = GEMM_TILE_WIDTH
+    if m and k > width and nnz * width < m * k:
+        width = min(MAX_TILE_WIDTH, 1 << (k - 1).bit_length())
+    if slots != "auto":
+        width = max(width, min(MAX_TILE_WIDTH, 1 << (slots - 1).bit_length()))
+    return width
+
+
+def csr_bytes(shape, nnz, itemsize):
+    """Bytes of an ``(M, K)`` matrix of ``nnz`` entries in CSR with int32 indices (scipy's
+    ``csr_array`` where ``nnz`` fits int32)."""
+    return nnz * (itemsize + 4) + 4 * (shape[0] + 1)
+
+
+def storage_bytes(shape, tile_width, slots, n_over, itemsize):
+    """Bytes of the six storage arrays: ``M * n_tiles * (4 + slots * (itemsize + 2)) +
+    8 * (M + 1) + n_over * (4 + itemsize)``."""
+    m, k = shape
+    return (m * n_tiles(k, tile_width) * (COUNT_DTYPE.itemsize
+                                          + slots * (itemsize + INDEX_DTYPE.itemsize))
+            + OVERFLOW_INDPTR_DTYPE.itemsize * (m + 1)
+            + n_over * (OVERFLOW_INDEX_DTYPE.itemsize + itemsize))
+
+
+def auto_choice(tile_counts_histogram, tile_width, shape=None, itemsize=None):
     """``(slots, n_over, nnz)`` of ``slots="auto"`` from a histogram of per-tile counts: the
-    slot count :func:`auto_slots` picks, the overflow it leaves and the entries counted."""
+    slot count, the overflow it leaves and the entries counted.
+
+    The slot count is :func:`auto_slots`'s, lowered while the storage arrays would take more
+    than :data:`STORAGE_BUDGET` times the bytes of the same matrix in CSR (given ``shape``
+    and ``itemsize``): fewer slots move entries to the overflow, which costs 4 bytes of
+    column and the value each, where a slot costs its bytes in every (row, tile) pair. Where
+    no slot count meets the budget (a count per tile costs 4 bytes a row for every tile, so
+    rows of few entries over many tiles cannot), the one of fewest bytes is taken.
+    """
     counts = _counts(tile_counts_histogram)
     nnz = _nnz(counts)
     slots = _auto_slots(counts, nnz, tile_width, AUTO_OVERFLOW_FRACTION)
+    if shape is not None and itemsize is not None:
+        slots = _within_budget(counts, nnz, slots, shape, tile_width, itemsize)
     return slots, _overflow(counts, slots), nnz
+
+
+def _within_budget(counts, nnz, slots, shape, tile_width, itemsize):
+    """The largest slot count up to ``slots`` whose storage meets the budget, else the one of
+    fewest bytes (the storage's bytes, from each count's overflow)."""
+    budget = STORAGE_BUDGET * csr_bytes(shape, nnz, itemsize)
+    # Overflow with s slots, for s = 1 .. slots: tail_nnz - s * tail_pairs (as _auto_slots).
+    tail_pairs, tail_nnz = sum(counts[2:]), nnz - counts[1] if len(counts) > 1 else 0
+    best, best_bytes, fitting = 1, None, None
+    for s in range(1, slots + 1):
+        if s > 1 and s < len(counts):
+            tail_pairs -= counts[s]
+            tail_nnz -= s * counts[s]
+        over = max(tail_nnz - s * tail_pairs, 0) if s < len(counts) else 0
+        size = storage_bytes(shape, tile_width, s, over, itemsize)
+        if best_bytes is None or size < best_bytes:
+            best, best_bytes = s, size
+        if size <= budget:
+            fitting = s
+    return fitting if fitting is not None else best
 
 
 def checked_histogram(hist, tile_width):

@@ -36,7 +36,32 @@ def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
     the message), then sorted by the shared global sort.
     """
     check_csr(indptr, indices, shape, names)
+    n = int(indptr[-1])
+    indices, data = indices[:n], data[:n]
+    if _sorted_and_unique(indptr, indices, shape):
+        # Already canonical but for explicit zeros: no sum changes, so no value's bits do.
+        # count_nonzero counts NaN and Inf, not -0.0, as is_nonzero does, without a mask.
+        if np.count_nonzero(data) == data.size:
+            # Copies of the caller's indices and values: the matrix never aliases its input.
+            return indptr.astype(np.int64, copy=False), indices.astype(np.int32), data.copy()
+        keep = is_nonzero(data)
+        rows = expand_indptr(indptr, n)[keep]
+        return (_algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, shape[0])),
+                indices[keep].astype(np.int32), data[keep])
     return _algorithms.canonical_csr(indptr, indices, data, shape)
+
+
+def _sorted_and_unique(indptr, indices, shape):
+    """Whether every row's columns strictly increase (scipy's compiled check)."""
+    import scipy.sparse as sp
+
+    # indptr of the indices' integer type: scipy would otherwise copy both to a common one.
+    index = indices.dtype if indices.dtype in (np.int32, np.int64) else np.int64
+    if index == np.int32 and indices.size > np.iinfo(np.int32).max:
+        index = np.int64
+    a = sp.csr_array((np.empty(indices.size, dtype=np.int8), indices.astype(index, copy=False),
+                      indptr.astype(index, copy=False)), shape=shape, copy=False)
+    return bool(a.has_canonical_format)
 
 
 def cast(values, dtype):

@@ -11,7 +11,7 @@ for their own formats. 16-bit values go through CSR as float32 (:mod:`twell._dty
 A container provides, besides ``shape``, ``dtype``, ``nnz``, ``nbytes``, ``tocsr()``, ``copy()``
 and ``get()``:
 
-``_storage_arrays()``
+``_storage_key()``
     Its storage arrays, whose identity keys the caches (:meth:`SparseArrayAPI._transposed`).
 ``_csr_input(dtype)``, ``_coo_arrays()``, ``_to_dense()``
     Its entries as canonical CSR (:class:`twell._convert.CSR`), as ``(rows, cols, values)``
@@ -76,7 +76,7 @@ def _is_sparse(x):
 
 def _as_csr(x):
     """A sparse operand in the form scipy/cupyx take: twell's matrices become their CSR."""
-    return x._csr() if isinstance(x, SparseArrayAPI) else x
+    return x._via_csr() if isinstance(x, SparseArrayAPI) else x
 
 
 def _unknown(other):
@@ -173,7 +173,7 @@ class SparseArrayAPI:
         """The backend's value cast (keeps subnormals)."""
         return _backend.backend(self._xp).cast
 
-    def _csr(self):
+    def _via_csr(self):
         """This matrix as the CSR type of its array library, float32 for 16-bit values:
         what operations through CSR compute on."""
         dtype = _dtype_rules.scipy_dtype(self.dtype)
@@ -320,7 +320,7 @@ class SparseArrayAPI:
                 shape = tuple(size // known if s == -1 else s for s in shape)
         if shape == self.shape:
             return self.copy() if copy else self
-        return self._csr().tocoo().reshape(shape, order=order)
+        return self._via_csr().tocoo().reshape(shape, order=order)
 
     def resize(self, *shape):
         """Resize in place to ``shape``: entries inside it stay, the others leave.
@@ -356,7 +356,7 @@ class SparseArrayAPI:
     def _transposed(self):
         """The cached transpose, rebuilt when the storage arrays are not those it was built
         from."""
-        key = self._storage_arrays()
+        key = self._storage_key()
         cached = self.__dict__.get("_transpose_cache")
         if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
             return cached[1]
@@ -372,7 +372,7 @@ class SparseArrayAPI:
         to False (True builds it now)."""
         cached = self.__dict__.get("_transpose_cache")
         return cached is not None and all(
-            a is b for a, b in zip(cached[0], self._storage_arrays(), strict=True))
+            a is b for a, b in zip(cached[0], self._storage_key(), strict=True))
 
     @has_transpose.setter
     def has_transpose(self, value):
@@ -469,7 +469,7 @@ class SparseArrayAPI:
         return self.diagonal(offset).sum()
 
     def _through_csr(self, name, *args, **kwargs):
-        fn = getattr(self._csr(), name, None)
+        fn = getattr(self._via_csr(), name, None)
         if fn is None:
             raise NotImplementedError(
                 f"{name} goes through CSR, and cupyx.scipy.sparse's csr_matrix has no {name}: "
@@ -547,10 +547,10 @@ class SparseArrayAPI:
                 raise TypeError(f"twell holds real values only; got the scalar {other!r}")
             return self._scalar_op(np.multiply, other)
         if _is_sparse(other):
-            return self._csr().multiply(_as_csr(other))
+            return self._via_csr().multiply(_as_csr(other))
         if not _is_dense(other) and _unknown(other):
             return NotImplemented
-        return self._csr().multiply(other)
+        return self._via_csr().multiply(other)
 
     def __mul__(self, other):
         return self.multiply(other)
@@ -564,24 +564,24 @@ class SparseArrayAPI:
                 raise TypeError(f"twell holds real values only; got the scalar {other!r}")
             return self._scalar_op(np.true_divide, other)
         if _is_sparse(other):
-            return self._csr() / _as_csr(other)
+            return self._via_csr() / _as_csr(other)
         if not _is_dense(other) and _unknown(other):
             return NotImplemented
-        return self._csr() / other
+        return self._via_csr() / other
 
     def __rtruediv__(self, other):
         if _is_sparse(other):  # a scipy/cupyx matrix, whose __truediv__ did not know twell's
-            return _as_csr(other) / self._csr()
+            return _as_csr(other) / self._via_csr()
         # As in scipy: dividing a scalar or a dense array by a sparse matrix is not offered.
         return NotImplemented
 
     def maximum(self, other):
         """Element-wise maximum with a scalar, dense or sparse operand, through CSR."""
-        return self._csr().maximum(_as_csr(other))
+        return self._via_csr().maximum(_as_csr(other))
 
     def minimum(self, other):
         """Element-wise minimum with a scalar, dense or sparse operand, through CSR."""
-        return self._csr().minimum(_as_csr(other))
+        return self._via_csr().minimum(_as_csr(other))
 
     # -- addition -------------------------------------------------------------
 
@@ -610,7 +610,7 @@ class SparseArrayAPI:
         if _is_sparse(other):
             if tuple(other.shape) != self.shape:
                 raise ValueError(f"inconsistent shapes: {self.shape} and {other.shape}")
-            return self._csr() + _as_csr(other)
+            return self._via_csr() + _as_csr(other)
         if _is_dense(other):
             other = self._dense_operand(other)
             # Natively: the dense operand plus the entries, in NumPy's result dtype.
@@ -636,7 +636,7 @@ class SparseArrayAPI:
         if _is_sparse(other):
             if tuple(other.shape) != self.shape:
                 raise ValueError(f"inconsistent shapes: {self.shape} and {other.shape}")
-            return self._csr() - _as_csr(other)
+            return self._via_csr() - _as_csr(other)
         if _is_dense(other):
             return self._dense_op(operator.sub, self.toarray(), self._dense_operand(other))
         return NotImplemented
@@ -645,7 +645,7 @@ class SparseArrayAPI:
         if _is_sparse(other):  # a scipy/cupyx matrix, whose __sub__ did not know twell's
             if tuple(other.shape) != self.shape:
                 raise ValueError(f"inconsistent shapes: {other.shape} and {self.shape}")
-            return _as_csr(other) - self._csr()
+            return _as_csr(other) - self._via_csr()
         if _is_scalar(other):
             if other == 0:
                 return -self
@@ -666,10 +666,10 @@ class SparseArrayAPI:
                 if op in (operator.eq, operator.ne):
                     return op is operator.ne  # scipy's answer for unequal shapes
                 raise ValueError(f"inconsistent shapes: {self.shape} and {other.shape}")
-            return op(self._csr(), _as_csr(other))
+            return op(self._via_csr(), _as_csr(other))
         if not (_is_dense(other) or _is_scalar(other)) and _unknown(other):
             return NotImplemented
-        return op(self._csr(), other)
+        return op(self._via_csr(), other)
 
     def __eq__(self, other):
         return self._comparison(other, operator.eq)
@@ -703,7 +703,7 @@ class SparseArrayAPI:
                     f"{other.shape} (A.shape[1]={self.shape[1]} must equal other.shape[0]="
                     f"{other.shape[0]})"
                 )
-            return self._csr() @ _as_csr(other)
+            return self._via_csr() @ _as_csr(other)
         if not _is_dense(other) and _unknown(other):
             return NotImplemented
         if isinstance(other, np.matrix):
@@ -714,7 +714,7 @@ class SparseArrayAPI:
         if _is_scalar(other):
             raise ValueError(_SCALAR_MATMUL)
         if _is_sparse(other):
-            return _as_csr(other) @ self._csr()
+            return _as_csr(other) @ self._via_csr()
         if not _is_dense(other):
             if _unknown(other):
                 return NotImplemented
@@ -752,15 +752,15 @@ class SparseArrayAPI:
                     return self._take_rows(rows)
                 if kind == "int":
                     one = self._take_rows(self._xp.asarray([rows], dtype=np.int64))
-                    result = one._csr()[0, split[1]]
+                    result = one._via_csr()[0, split[1]]
                     if _is_scalar(result) and self.dtype in _dtype_rules.SIXTEEN_BIT:
                         # exact: a 16-bit value, computed in float32
                         return (self.dtype.type(result) if self._xp is np
                                 else result.astype(self.dtype))
                     return result
                 if isinstance(split[0], slice):
-                    return self._take_rows(rows)._csr()[:, split[1]]
-        return self._csr()[key]
+                    return self._take_rows(rows)._via_csr()[:, split[1]]
+        return self._via_csr()[key]
 
     def __setitem__(self, key, value):
         raise TypeError(_IMMUTABLE.format(cls=type(self).__name__))

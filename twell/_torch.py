@@ -26,7 +26,7 @@ def _value_dtype(torch, dtype):
     return floats[dtype]
 
 
-def from_torch(tensor, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
+def from_torch(tensor, *, tile_width="auto", slots="auto", dtype=None):
     """Pack a dense 2-D torch tensor (CPU or CUDA) into a TwELLMatrix.
 
     The tensor is read where it is, through DLPack: a CPU tensor becomes a
@@ -90,7 +90,7 @@ def from_torch(tensor, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", d
     return TwELLMatrix(x, tile_width=tile_width, slots=slots, dtype=_value_dtype(torch, dtype))
 
 
-def from_torch_parts(parts, shape, tile_width=_layout.DEFAULT_TILE_WIDTH):
+def from_torch_parts(parts, shape, tile_width=_layout.GEMM_TILE_WIDTH):
     """A TwELLMatrix from its six storage arrays as torch tensors, sharing their memory.
 
     The inverse of :meth:`TwELLMatrix.to_torch`:

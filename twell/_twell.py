@@ -2,9 +2,11 @@
 
 import numpy as np
 
-from . import _algorithms, _arrays, _backend, _convert, _layout, _packed
+from . import _algorithms, _arrays, _backend, _convert, _host, _layout, _numpy_backend, _packed
 from ._algorithms import Parts
 from ._base import SparseMatrix
+from ._build import build as _build_layout
+from ._build import host_layout
 from ._dlpack import parts_to_torch
 from ._dtype_rules import astype_dtype
 from ._validation import (
@@ -12,14 +14,10 @@ from ._validation import (
     bfloat16,
     check_shape,
     check_slots,
-    check_storage,
     check_tile_width,
     result_dtype,
     value_dtype,
 )
-
-#: The instance attributes that hold the storage arrays, in the order of Parts.
-_PART_ATTRIBUTES = tuple("_" + name for name in Parts._fields)
 
 
 def _backend_of(xp):
@@ -52,7 +50,8 @@ class TwELLMatrix(SparseMatrix):
         indices for the COO and CSR tuples when not given.
     dtype : dtype, optional
         Value dtype: float64, float32, float16 or bfloat16. Default: that of
-        the input; bool and integer input becomes float64.
+        the input; bool and integer input becomes float64 (a requested bool or
+        integer dtype rounds the values through it first).
     copy : bool, optional
         With storage arrays, copy them (default False: the matrix shares them).
     tile_width : int, optional
@@ -116,8 +115,8 @@ class TwELLMatrix(SparseMatrix):
     row selections, reductions and products with dense operands run
     natively; the rest goes through scipy's ``csr_array`` (cupyx's
     ``csr_matrix`` on the GPU) and returns what that returns. The structure
-    is immutable: item assignment raises TypeError. See the guide page
-    "twell with scipy.sparse and cupyx".
+    is immutable: item assignment raises TypeError. See the page "twell with
+    scipy.sparse and cupyx".
 
     The canonical form makes packing deterministic: equal matrices have equal
     storage arrays, whatever their construction path.
@@ -148,8 +147,8 @@ class TwELLMatrix(SparseMatrix):
     _nnz_hint = None  # see _set; a class default for objects that never went through _set
     _tile_index = None  # see index_tiles
 
-    def __init__(self, arg, shape=None, dtype=None, copy=False, *,
-                 tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", maxprint=None):
+    def __init__(self, arg, shape=None, dtype=None, copy=False, *, tile_width="auto",
+                 slots="auto", maxprint=None):
         tile_width = check_tile_width(tile_width)
         slots = check_slots(slots, tile_width)
         if maxprint is not None:
@@ -162,27 +161,44 @@ class TwELLMatrix(SparseMatrix):
             raise ValueError(f"shape={shape!r} does not match the input's shape {arg.shape}")
         if isinstance(arg, TwELLMatrix) and (dtype is None or np.dtype(dtype) in SUPPORTED_DTYPES):
             other = arg if dtype is None else arg.astype(dtype, copy=False)
+            if tile_width == "auto":
+                tile_width = other.tile_width
             if slots == "auto" and tile_width == other.tile_width:
                 slots = other.slots
             result = other._relayout(tile_width, slots)
             if copy and result is arg:
                 result = result.copy()
-            self._set(result._parts, result.shape, result.tile_width, result._nnz_hint)
+            self._adopt(result)
             return
         if isinstance(arg, SparseMatrix):
             src = arg._csr_input(dtype)
         else:
-            src = _convert.coerce(arg, dtype, (tile_width, 1 if slots == "auto" else slots),
-                                  shape)
-        parts, nnz = _pack(src, tile_width, slots)
-        self._set(parts, src.shape, tile_width, nnz)
+            storage = (_layout.MAX_TILE_WIDTH if tile_width == "auto" else tile_width,
+                       1 if slots == "auto" else slots)
+            src = _convert.coerce(arg, dtype, storage, shape)
+        self._adopt(_build(src, tile_width, slots))
 
     # -- construction ----------------------------------------------------
 
-    def _set(self, parts, shape, tile_width, nnz_hint=None):
-        # One attribute per array (not the tuple), so that the instance's __dict__ holds the
-        # arrays themselves, as tools that look for a matrix's arrays there expect.
-        self.__dict__.update(zip(_PART_ATTRIBUTES, Parts(*parts), strict=True))
+    def _set(self, parts, shape, tile_width, nnz_hint=None, *, csr=None, layout=None,
+             shared=False):
+        """Hold ``parts``, or, on the host, ``csr`` alone (``parts`` None), the storage to be
+        built from it when first asked for with ``layout = (slots, n_over, dtype)``.
+
+        A host matrix whose storage twell made keeps it read-only (twell._host), so that its
+        compressed rows, made when first needed, always hold what the storage holds;
+        ``shared`` arrays, which the caller may write, stay writable and the matrix keeps
+        no compressed rows."""
+        self._p = None if parts is None else Parts(*parts)
+        self._csr = csr
+        if parts is not None:
+            data = self._p.data  # of any shape here: validate() names a wrong one
+            layout = (data.shape[-1] if data.ndim else 0, int(self._p.overflow_indices.size),
+                      data.dtype)
+            if not shared and _arrays.array_module(self._p.counts) is np:
+                _host.freeze(self._p)
+        self._layout_info = layout
+        self._shared = shared
         self._shape = tuple(int(v) for v in shape)
         self._tile_width = int(tile_width)
         # The stored-entry count when twell knew it without reading the GPU (None otherwise),
@@ -191,6 +207,49 @@ class TwELLMatrix(SparseMatrix):
         self._nnz_hint = nnz_hint
         self._tile_index = None  # from the counts; _from_parts passes it where they are kept
         self.__dict__.pop("_transpose_cache", None)  # of the arrays being replaced
+
+    def _adopt(self, other):
+        """Take over ``other``'s state (a constructor's result)."""
+        self.__dict__.pop("_transpose_cache", None)
+        self.__dict__.update(other.__dict__)
+
+    @property
+    def _parts(self):
+        """The six storage arrays, built from the host's compressed rows on first use."""
+        if self._p is None:
+            slots, n_over, dtype = self._layout_info
+            c = self._csr
+            parts = _numpy_backend.pack_csr(c.indptr, c.indices, _host.values(c, dtype),
+                                            self._shape, self._tile_width, slots, n_over)
+            self._p = _host.freeze(Parts(*parts))
+        return self._p
+
+    def _compute_form(self):
+        """The host's compressed rows (twell._host), built from the storage on first use;
+        None on the GPU and for storage shared with the caller."""
+        if self._csr is None and not self._shared and self._xp is np:
+            indptr, indices, data = _numpy_backend.to_csr(self._p, self._shape,
+                                                          self._tile_width)
+            self._csr = _host.host_csr(indptr, indices, data)
+        return self._csr
+
+    @classmethod
+    def _from_csr(cls, csr, shape, tile_width, slots, n_over, dtype):
+        """A host matrix of the canonical compressed rows ``csr`` (twell._host.HostCSR),
+        its storage laid out with ``slots`` (leaving ``n_over`` entries to the overflow)
+        when first asked for (internal)."""
+        obj = cls.__new__(cls)
+        obj._set(None, shape, tile_width, int(csr.indices.size), csr=csr,
+                 layout=(slots, n_over, np.dtype(dtype)))
+        return obj
+
+    @classmethod
+    def _from_built(cls, built):
+        """The matrix of a layout built from entries (twell._build.Built)."""
+        if built.parts is None:
+            return cls._from_csr(built.csr, built.shape, built.tile_width, built.slots,
+                                 built.n_over, built.dtype)
+        return cls._from_parts(built.parts, built.shape, built.tile_width, built.nnz)
 
     def _init_from_parts(self, arrays, shape, tile_width, dtype, copy):
         if shape is None:
@@ -201,14 +260,17 @@ class TwELLMatrix(SparseMatrix):
                 f"arg must be a tuple of the {len(Parts._fields)} storage arrays "
                 f"{Parts._fields}; got a tuple of {len(arrays)}"
             )
+        if tile_width == "auto":
+            raise ValueError("tile_width is required with a tuple of storage arrays: give "
+                             "the tile width the arrays were laid out with")
         xp = _arrays.array_module(*arrays)
         parts = Parts(*(xp.asarray(a) for a in arrays))
         if copy:
             parts = Parts(*(a.copy() for a in parts))
-        self._set(parts, shape, tile_width)
+        self._set(parts, shape, tile_width, shared=not copy)
         self.validate()
         if dtype is not None:
-            self._set(self.astype(dtype)._parts, shape, tile_width)
+            self._adopt(self.astype(dtype))
 
     @classmethod
     def _from_parts(cls, parts, shape, tile_width, nnz_hint=None, tile_index=None):
@@ -220,7 +282,7 @@ class TwELLMatrix(SparseMatrix):
         return obj
 
     @classmethod
-    def from_dense(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
+    def from_dense(cls, x, *, tile_width="auto", slots="auto", dtype=None):
         """Pack a dense 2-D NumPy or CuPy array.
 
         Every value ``!= 0`` is a non-zero, NaN and Inf included.
@@ -229,12 +291,11 @@ class TwELLMatrix(SparseMatrix):
         --------
         TwELLMatrix : the constructor, which accepts any input.
         """
-        src = _convert.dense(x, dtype)
-        parts, nnz = _pack(src, check_tile_width(tile_width), check_slots(slots, tile_width))
-        return cls._from_parts(parts, src.shape, tile_width, nnz)
+        tile_width = check_tile_width(tile_width)
+        return _build(_convert.dense(x, dtype), tile_width, check_slots(slots, tile_width))
 
     @classmethod
-    def from_csr(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto", dtype=None):
+    def from_csr(cls, x, *, tile_width="auto", slots="auto", dtype=None):
         """Pack a scipy.sparse or cupyx.scipy.sparse matrix (any format).
 
         Duplicates are summed and explicit zeros dropped.
@@ -244,7 +305,7 @@ class TwELLMatrix(SparseMatrix):
     from_coo = from_csr
 
     @classmethod
-    def from_ell(cls, x, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
+    def from_ell(cls, x, *, tile_width="auto", slots="auto"):
         """Convert an :class:`ELLMatrix`."""
         return cls(x, tile_width=tile_width, slots=slots)
 
@@ -283,13 +344,12 @@ class TwELLMatrix(SparseMatrix):
 
     # -- attributes ------------------------------------------------------
 
-    _parts = property(lambda self: Parts(*(self.__dict__[a] for a in _PART_ATTRIBUTES)),
-                      doc="The six storage arrays, a :class:`twell._algorithms.Parts`.")
     shape = property(lambda self: self._shape, doc="``(M, K)``.")
-    dtype = property(lambda self: self._parts.data.dtype, doc="Value dtype.")
+    dtype = property(lambda self: self._layout_info[2], doc="Value dtype.")
     tile_width = property(lambda self: self._tile_width, doc="Columns per tile.")
-    slots = property(lambda self: self._parts.data.shape[2], doc="Slots per (row, tile).")
-    n_tiles = property(lambda self: self._parts.counts.shape[1], doc="Number of column tiles.")
+    slots = property(lambda self: self._layout_info[0], doc="Slots per (row, tile).")
+    n_tiles = property(lambda self: _layout.n_tiles(self._shape[1], self._tile_width),
+                       doc="Number of column tiles.")
     counts = property(lambda self: self._parts.counts, doc="Entries in the slots, (M, n_tiles).")
     data = property(lambda self: self._parts.data, doc="Slot values, (M, n_tiles, slots).")
     indices = property(lambda self: self._parts.indices,
@@ -303,38 +363,51 @@ class TwELLMatrix(SparseMatrix):
 
     @property
     def _storage(self):
-        return self._parts.counts
+        return self._csr.indices if self._p is None else self._p.counts
 
     @property
     def nnz(self):
         """Number of stored non-zeros (slots plus overflow). Synchronises on the GPU."""
+        if self._csr is not None:
+            return int(self._csr.indices.size)
         return int(self._parts.counts.sum()) + self.overflow_nnz
 
     @property
     def overflow_nnz(self):
         """Number of entries in the overflow part."""
-        return int(self._parts.overflow_indices.size)
+        return self._layout_info[1]
 
     @property
     def overflow_rows(self):
         """Number of rows with at least one overflow entry. Synchronises on the GPU."""
-        return int((self._xp.diff(self._parts.overflow_indptr) > 0).sum())
+        if self.overflow_nnz == 0:
+            return 0
+        if self._p is None:
+            return _host.overflow_rows(self._csr, self._shape, self._tile_width, self.slots)
+        return int((self._xp.diff(self._p.overflow_indptr) > 0).sum())
 
     @property
     def occupancy(self):
         """Share of slots that hold an entry (1.0 for a matrix without slots)."""
-        total = self._parts.data.size
-        return float(self._parts.counts.sum()) / total if total else 1.0
+        total = self._shape[0] * self.n_tiles * self.slots
+        return (self.nnz - self.overflow_nnz) / total if total else 1.0
 
     @property
     def nbytes(self):
-        """Bytes of all six storage arrays, and of the cached transpose if the matrix holds
-        one (:attr:`has_transpose`).
+        """Bytes of the six storage arrays, plus, on the host, the compressed-row form that
+        products and conversions run on, plus the cached transpose if the matrix holds one
+        (:attr:`has_transpose`).
 
-        The storage arrays take ``M * n_tiles * (4 + slots * (itemsize + 2)) + 8 * (M + 1)
-        + overflow_nnz * (4 + itemsize)``.
+        The storage takes ``M * n_tiles * (4 + slots * (itemsize + 2)) + 8 * (M + 1)
+        + overflow_nnz * (4 + itemsize)`` bytes, counted whether or not it has been built
+        yet (a host matrix builds it when first asked for). The compressed rows take
+        ``nnz * 8 + 4 * (M + 1)`` bytes (int32 indices; float32 values for 16-bit
+        dtypes), once made.
         """
-        return int(sum(a.nbytes for a in self._parts)) + self._cache_nbytes()
+        storage = _layout.storage_bytes(self._shape, self._tile_width, self.slots,
+                                        self.overflow_nnz, self.dtype.itemsize)
+        return int(storage + (0 if self._csr is None else self._csr.nbytes)
+                   + self._cache_nbytes())
 
     def tile_nnz(self):
         """Non-zeros of every (row, tile), overflow included: int64 (M, n_tiles).
@@ -439,9 +512,17 @@ class TwELLMatrix(SparseMatrix):
     # -- conversions -----------------------------------------------------
 
     def _to_dense(self):
+        csr = self._compute_form()
+        if csr is not None:
+            return _host.to_dense(csr, self.shape, self.dtype)
         return _backend_of(self._xp).to_dense(self._parts, self.shape, self.tile_width)
 
     def _csr_arrays(self):
+        """Canonical CSR ``(indptr int64, indices int32, data)`` of the matrix's dtype."""
+        csr = self._compute_form()
+        if csr is not None:
+            return (csr.indptr.astype(np.int64), csr.indices.astype(np.int32),
+                    _host.values(csr, self.dtype))
         return _backend_of(self._xp).to_csr(self._parts, self.shape, self.tile_width)
 
     def _csr_input(self, dtype=None):
@@ -451,26 +532,39 @@ class TwELLMatrix(SparseMatrix):
         a = self if dtype is None else self.astype(dtype, copy=False)
         return _convert.CSR(*a._csr_arrays(), a.shape)
 
+    # -- the hooks of the sparse-array API (twell._sparse_api) -----------
+
     def _coo_arrays(self):
+        csr = self._compute_form()
+        if csr is not None:
+            rows = np.repeat(np.arange(self._shape[0], dtype=np.int64), np.diff(csr.indptr))
+            return rows, csr.indices.astype(np.int64), _host.values(csr, self.dtype)
         return _algorithms.to_coo(self._parts, self.shape, self.tile_width, self._tile_index)
 
-    def _storage_arrays(self):
-        return tuple(self._parts)
+    def _storage_key(self):
+        # A new layout tuple comes with every new storage (_set); building the storage or the
+        # host's compressed rows of the same entries later keeps it.
+        return (self._layout_info,)
 
     def _from_canonical(self, src):
-        parts, nnz = _pack(src, self.tile_width, "auto")
-        return TwELLMatrix._from_parts(parts, src.shape, self.tile_width, nnz)
+        return _build(src, self.tile_width, "auto")
 
     def _replace(self, src):
-        parts, nnz = _pack(src, self.tile_width, self.slots)
-        self._set(parts, src.shape, self.tile_width, nnz)
+        self._adopt(_build(src, self.tile_width, self.slots))
 
     def _take_rows(self, rows):
-        """The rows ``rows`` (int64, any order, repeats allowed), from their own slots and
-        overflow entries: rows are independent in this format."""
+        """The rows ``rows`` (int64, any order, repeats allowed), in this layout: on the host
+        from the compressed rows, else from the storage (the rows' slots, and their overflow
+        entries found through the overflow's row pointer). Rows are independent here."""
         xp = self._xp
-        p = self._parts
         rows = xp.asarray(rows, dtype=np.int64)
+        shape = (int(rows.size), self.shape[1])
+        csr = self._compute_form()
+        if csr is not None:
+            sub = csr.scipy(self.shape)[rows]
+            return _from_host_csr(_host.host_csr(sub.indptr, sub.indices, sub.data), shape,
+                                  self.tile_width, self.slots, self.dtype)
+        p = self._parts
         starts = p.overflow_indptr[rows]
         indptr = _algorithms.exclusive_cumsum(p.overflow_indptr[rows + 1] - starts)
         n = int(indptr[-1])  # host sync on the GPU: the overflow's size
@@ -478,7 +572,7 @@ class TwELLMatrix(SparseMatrix):
         src = starts[owner] + (xp.arange(n, dtype=np.int64) - indptr[owner])
         parts = Parts(p.counts[rows], p.data[rows], p.indices[rows], indptr,
                       p.overflow_indices[src], p.overflow_data[src])
-        return TwELLMatrix._from_parts(parts, (int(rows.size), self.shape[1]), self.tile_width)
+        return TwELLMatrix._from_parts(parts, shape, self.tile_width)
 
     def tocsr(self, copy=False):
         """Convert to ``scipy.sparse.csr_array`` (host) or ``cupyx.scipy.sparse.csr_matrix``.
@@ -489,6 +583,10 @@ class TwELLMatrix(SparseMatrix):
         ValueError (``.get().tocsr()`` gives a host array with int64 indices).
         """
         self._check_cupyx_size()
+        csr = self._compute_form()
+        if csr is not None:
+            _sparse_type(np, "csr", self.dtype)  # refuses 16-bit values
+            return csr.scipy(self.shape).copy()
         indptr, indices, data = self._csr_arrays()
         if self._xp is not np:
             # int32 like the indices (nnz fits: checked above), so that cupyx keeps the
@@ -501,6 +599,8 @@ class TwELLMatrix(SparseMatrix):
     def tocoo(self, copy=False):
         """Convert to ``scipy.sparse.coo_array`` (host) or ``cupyx.scipy.sparse.coo_matrix``."""
         self._check_cupyx_size()
+        if self._compute_form() is not None:
+            return self.tocsr().tocoo()
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         idx = np.int32 if self._xp is not np else np.int64
         return _sparse_type(self._xp, "coo", vals.dtype)(
@@ -550,7 +650,10 @@ class TwELLMatrix(SparseMatrix):
 
         Needs PyTorch (twell does not otherwise). Each array crosses through
         DLPack, so nothing is copied: ``to_torch().counts.data_ptr()`` is the
-        address of ``counts``, and a write through either is seen by the other.
+        address of ``counts``, and a write through either is seen by the other. On the
+        host this makes the storage arrays writable (they are read-only otherwise) and
+        the matrix drops its compressed rows, which a write would make disagree: its
+        products then run on the storage arrays themselves, more slowly.
 
         Returns
         -------
@@ -605,6 +708,13 @@ class TwELLMatrix(SparseMatrix):
         >>> p.indices.dtype, p.counts.data_ptr() == a.counts.ctypes.data  # doctest: +SKIP
         (torch.uint16, True)
         """
+        if self._xp is np and not self._shared:
+            # The tensors may be written: the storage becomes the caller's to share, and
+            # the compressed rows, which could then disagree with it, go.
+            self._csr = None
+            for a in self._parts:
+                a.flags.writeable = True
+            self._shared = True
         return parts_to_torch(self._parts)
 
     def get(self):
@@ -618,7 +728,13 @@ class TwELLMatrix(SparseMatrix):
 
     def copy(self):
         """Deep copy (the tile index too, if there is one)."""
-        return TwELLMatrix._from_parts(Parts(*(a.copy() for a in self._parts)),
+        if self._csr is not None:  # the host's compressed rows; the storage follows them
+            slots, n_over, dtype = self._layout_info
+            out = TwELLMatrix._from_csr(_host.HostCSR(*(a.copy() for a in self._csr)),
+                                        self.shape, self.tile_width, slots, n_over, dtype)
+            out._tile_index = self._mapped_tile_index(lambda a: a.copy())
+            return out
+        return TwELLMatrix._from_parts(Parts(*(a.copy() for a in self._p)),
                                        self.shape, self.tile_width, self._nnz_hint,
                                        self._mapped_tile_index(lambda a: a.copy()))
 
@@ -650,6 +766,21 @@ class TwELLMatrix(SparseMatrix):
         Padding slots stay zero whatever ``fn`` does to zero (NaN * 0), and
         entries that ``fn`` turns into zeros leave the matrix.
         """
+        if self._csr is not None:  # the host's compressed rows: map their values
+            c = self._csr
+            data = fn(_host.values(c, self.dtype))
+            keep = _algorithms.is_nonzero(data)
+            if keep.all():
+                csr = _host.host_csr(c.indptr.copy(), c.indices.copy(), data)
+            else:
+                rows = _algorithms.expand_indptr(c.indptr, c.indices.size)[keep]
+                indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows,
+                                                                               self.shape[0]))
+                csr = _host.host_csr(indptr, c.indices[keep], data[keep])
+            result = _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
+            if keep.all():  # the same entries where they were: the same counts and index
+                result._tile_index = self._tile_index
+            return result
         p = self._parts
         mask = _algorithms.slot_mask(p.counts, self.slots)
         data = fn(p.data)  # a new array
@@ -673,10 +804,7 @@ class TwELLMatrix(SparseMatrix):
             rows = _algorithms.expand_indptr(indptr, indices.size)[keep]
             indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, self.shape[0]))
             indices, data = indices[keep], data[keep]
-        src = _convert.CSR(indptr, indices, data, self.shape)
-        parts, _ = _pack(src, tile_width, slots)
-        # The kept entries' count is the CSR's length, known on the host whatever the slots.
-        return TwELLMatrix._from_parts(parts, self.shape, tile_width, int(indices.size))
+        return _build(_convert.CSR(indptr, indices, data, self.shape), tile_width, slots)
 
     def _relayout(self, tile_width, slots):
         """This matrix with another tile width and slot count (itself if unchanged)."""
@@ -686,11 +814,14 @@ class TwELLMatrix(SparseMatrix):
 
     def _transpose(self):
         """A new transpose, keeping the tile width; slots chosen again by ``"auto"``."""
-        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         m, k = self.shape
+        csr = self._compute_form()
+        if csr is not None:
+            return _from_host_csr(_host.transpose(csr, self.shape), (k, m), self.tile_width,
+                                  "auto", self.dtype)
+        rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         src = _convert.csr_from_coo(cols, rows, vals, (k, m))
-        parts, nnz = _pack(src, self.tile_width, "auto")
-        return TwELLMatrix._from_parts(parts, (k, m), self.tile_width, nnz)
+        return _build(src, self.tile_width, "auto")
 
     # -- arithmetic ------------------------------------------------------
 
@@ -708,6 +839,9 @@ class TwELLMatrix(SparseMatrix):
         xp = self._xp
         cast = _backend_of(xp).cast  # CuPy's own casts flush float32 subnormals
         if axis is None:
+            csr = self._compute_form()
+            if csr is not None:
+                return csr.data.astype(np.float64).sum()
             _, _, vals = self._coo_arrays()
             return cast(vals, np.float64).sum()
         a = self if axis == 1 else self._transposed()
@@ -720,7 +854,7 @@ def _is_array(x):
 
 def _matmul(a, b):
     """``a @ b`` for TwELL ``a`` and a dense vector or matrix ``b``."""
-    xp = _arrays.array_module(a._parts.counts, b if _is_array(b) else None)
+    xp = _arrays.array_module(a._storage, b if _is_array(b) else None)
     if not _is_array(b):
         b = xp.asarray(b)
     if b.ndim not in (1, 2):
@@ -732,6 +866,9 @@ def _matmul(a, b):
             f"(A.shape[1]={k} must equal other.shape[0]={b.shape[0]})"
         )
     out_dtype = result_dtype(a.dtype, value_dtype(b.dtype, "other.dtype"))
+    csr = a._compute_form()
+    if csr is not None:
+        return _host.matmul(csr, a.shape, b, out_dtype)
     cast = _backend_of(xp).cast
     parts = a._parts
     if parts.data.dtype != out_dtype:
@@ -745,42 +882,15 @@ def _matmul(a, b):
     return out.reshape(m) if vector else out
 
 
-def _pack(src, tile_width, slots):
-    """Dense or CSR input -> ``(Parts, nnz)``, choosing slots when asked for "auto".
-
-    Every TwELL matrix that twell builds passes here: the storage limit is checked
-    before the per-(row, tile) arrays are allocated. With ``slots="auto"`` the per-tile
-    counts give the overflow size and the number of entries too, so the pack need not read
-    them back from the GPU; with slots given, a dense input's pack counts ``nnz`` in the read
-    it makes anyway (the overflow size), and a canonical CSR input's is its length.
-    """
-    be = _backend_of(_arrays.array_module(src.data if src.kind == "csr" else src.array))
-    check_storage(src.shape, tile_width, 1 if slots == "auto" else slots)
-    n_over = nnz = None
-    if slots == "auto":
-        if src.kind == "dense":
-            counts = be.tile_counts_dense(src.array, tile_width)
-        else:
-            counts = be.tile_counts_csr(src.indptr, src.indices, src.shape, tile_width)
-        hist = _tile_counts_histogram(counts, tile_width)
-        slots, n_over, nnz = _layout.auto_choice(hist, tile_width)
-        check_storage(src.shape, tile_width, slots)
-    if src.kind == "dense":
-        parts, counted = be.pack_dense(src.array, tile_width, slots, n_over=n_over)
-        return parts, counted if nnz is None else nnz
-    # A canonical CSR holds exactly its entries: its length is the count, with no read.
-    return be.pack_csr(src.indptr, src.indices, src.data, src.shape, tile_width, slots,
-                       n_over=n_over), int(src.indices.size)
+def _build(src, tile_width, slots):
+    """Dense or canonical CSR input -> TwELLMatrix (twell._build), choosing the tile width and
+    the slots where they are "auto"."""
+    return TwELLMatrix._from_built(_build_layout(src, tile_width, slots))
 
 
-def _tile_counts_histogram(tile_counts, tile_width):
-    """``hist[c]``: how many (row, tile) pairs hold ``c`` non-zeros (NumPy int64).
-
-    On the GPU: one kernel and one small device-to-host copy, the only synchronisation.
-    """
-    be = _backend_of(_arrays.array_module(tile_counts))
-    hist = be.count_histogram(tile_counts, tile_width + 1)
-    return _layout.checked_histogram(_arrays.to_numpy(hist), tile_width)  # GPU: the sync
+def _from_host_csr(csr, shape, tile_width, slots, dtype):
+    """A host TwELLMatrix of compressed rows (twell._build.host_layout)."""
+    return TwELLMatrix._from_built(host_layout(csr, shape, tile_width, slots, dtype))
 
 
 def _sparse_type(xp, fmt, dtype):

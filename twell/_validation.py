@@ -100,8 +100,12 @@ def operator_index(value, name):
 
 
 def check_tile_width(tile_width):
-    """Tile width: an int in [1, 65536]."""
-    t = operator_index(tile_width, "tile_width")
+    """Tile width: ``"auto"`` or an int in [1, 65536]. Returns the int or ``"auto"``."""
+    if isinstance(tile_width, str) and tile_width == "auto":
+        return tile_width
+    if isinstance(tile_width, (bool, np.bool_)) or not isinstance(tile_width, numbers.Integral):
+        raise TypeError(f'tile_width must be "auto" or an int; got tile_width={tile_width!r}')
+    t = int(tile_width)
     if not 1 <= t <= _layout.MAX_TILE_WIDTH:
         raise ValueError(
             f"tile_width must be between 1 and {_layout.MAX_TILE_WIDTH}; got tile_width={t}"
@@ -110,15 +114,18 @@ def check_tile_width(tile_width):
 
 
 def check_slots(slots, tile_width):
-    """Slot count: ``"auto"`` or an int in [1, tile_width]. Returns the int or ``"auto"``."""
+    """Slot count: ``"auto"`` or an int in [1, tile_width] (in [1, 65536] when the tile width
+    is ``"auto"``, which then takes tiles at least that wide). Returns the int or
+    ``"auto"``."""
+    limit = _layout.MAX_TILE_WIDTH if tile_width == "auto" else tile_width
     if isinstance(slots, str):
         if slots == "auto":
             return slots
         raise ValueError(
-            f'slots must be "auto" or an int in [1, {tile_width}]; got slots={slots!r}'
+            f'slots must be "auto" or an int in [1, {limit}]; got slots={slots!r}'
         )
     s = operator_index(slots, "slots")
-    if not 1 <= s <= tile_width:
+    if not 1 <= s <= limit:
         raise ValueError(f"slots must be between 1 and tile_width={tile_width}; got slots={s}")
     return s
 

@@ -40,7 +40,7 @@ import numpy as np
 from . import _arrays
 from ._io import load as _load_block_file
 from ._io import save as _save_block_file
-from ._layout import DEFAULT_TILE_WIDTH
+from ._layout import GEMM_TILE_WIDTH
 from ._twell import TwELLMatrix
 from ._validation import (
     SUPPORTED_DTYPES,
@@ -487,7 +487,7 @@ def _meta_on_gpu(meta):
     return _arrays.is_cupy_array(meta) or _arrays.is_cupyx_sparse(meta)
 
 
-def from_dask_array(x, *, tile_width=DEFAULT_TILE_WIDTH, slots="auto", dtype=None,
+def from_dask_array(x, *, tile_width=GEMM_TILE_WIDTH, slots="auto", dtype=None,
                     rechunk=True):
     """Pack a 2-D Dask array, one row block of chunks at a time.
 

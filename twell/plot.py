@@ -425,7 +425,7 @@ def tile_histogram(A, ax=None, *, log=False):
 # -- format comparison ------------------------------------------------------------------
 
 
-def _format_bytes(x, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
+def _format_bytes(x, tile_width="auto", slots="auto"):
     """Bytes of ``x`` in each format, split into values, structure and padding.
 
     Returns a dict ``{format: {"values", "structure", "padding", "total"}}``
@@ -439,7 +439,8 @@ def _format_bytes(x, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
     * padding: stored bytes that hold no entry (the zeros of the dense
       array; unused ELL slots; unused TwELL slots, value and column).
 
-    TwELL's total is ``TwELLMatrix.nbytes``; CSR's is that of a scipy
+    TwELL's total is that of the six storage arrays (``TwELLMatrix.nbytes`` without the
+    compressed rows a host matrix keeps for its products); CSR's is that of a scipy
     ``csr_array`` (int32 indices while they fit, as scipy chooses), with
     values of x's dtype; ELL's is that of :class:`twell.ELLMatrix` (int32
     columns, as wide as the longest row).
@@ -473,7 +474,7 @@ def _format_bytes(x, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto"):
     return out
 
 
-def format_comparison(x, ax=None, *, tile_width=_layout.DEFAULT_TILE_WIDTH, slots="auto",
+def format_comparison(x, ax=None, *, tile_width="auto", slots="auto",
                       dense=True):
     """Bytes of a matrix as dense, CSR, row-wise ELL and TwELL, and their padding.
 

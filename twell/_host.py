@@ -1,0 +1,141 @@
+"""The host's compressed-row form of a TwELL matrix, and the scipy kernels that use it.
+
+On the CPU, scipy.sparse's compiled CSR kernels are faster than any composition of NumPy
+calls over the tile layout. A NumPy-backed :class:`~twell.TwELLMatrix` therefore keeps its
+entries also as canonical CSR (:class:`HostCSR`: sorted columns, no duplicates, no explicit
+zeros, int32 indices where they fit) and runs its products, transposes and conversions on
+it; the storage arrays (``counts``, ``data``, ...) are built from it when first asked for.
+Both forms hold the same entries. So that they never disagree, the storage arrays of a
+matrix that keeps this form are read-only (:func:`freeze`).
+
+16-bit values, which scipy does not hold, are kept here as float32 (exactly): products
+accumulate in float32 and round once to the result's dtype, as the NumPy backend's do.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _layout
+
+#: Value dtypes scipy.sparse holds as they are; others are kept as float32.
+_SCIPY_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class HostCSR(NamedTuple):
+    """Canonical CSR of a host matrix: ``indptr`` and ``indices`` of one integer dtype
+    (int32 where the entries fit, else int64, as scipy chooses), ``data`` of the matrix's
+    dtype, or float32 for 16-bit values."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    @property
+    def nbytes(self):
+        return int(self.indptr.nbytes + self.indices.nbytes + self.data.nbytes)
+
+    def scipy(self, shape):
+        """A ``csr_array`` on these arrays (no copy, no checks)."""
+        a = sp.csr_array((self.data, self.indices, self.indptr), shape=shape, copy=False)
+        a.has_canonical_format = True
+        return a
+
+
+def compute_dtype(dtype):
+    """The dtype :class:`HostCSR` keeps values of ``dtype`` in."""
+    return np.dtype(dtype) if np.dtype(dtype) in _SCIPY_DTYPES else np.dtype(np.float32)
+
+
+def host_csr(indptr, indices, data):
+    """A :class:`HostCSR` of canonical CSR arrays (copies where a dtype changes)."""
+    nnz = indices.size
+    index = np.int32 if nnz <= np.iinfo(np.int32).max else np.int64
+    return HostCSR(np.asarray(indptr).astype(index, copy=False),
+                   np.asarray(indices).astype(index, copy=False),
+                   np.asarray(data).astype(compute_dtype(data.dtype), copy=False))
+
+
+def values(csr, dtype):
+    """The entries' values in the matrix's ``dtype`` (exact: float32 holds every 16-bit
+    value)."""
+    return csr.data if csr.data.dtype == dtype else csr.data.astype(dtype)
+
+
+def freeze(parts):
+    """Make the storage arrays read-only (see the module notes); returns ``parts``."""
+    for a in parts:
+        a.flags.writeable = False
+    return parts
+
+
+def matmul(csr, shape, b, out_dtype):
+    """``A @ b`` for a C-contiguous 2-D ``b`` (or 1-D): scipy's kernel in the accumulation
+    dtype of ``out_dtype`` (float32 for 16-bit values), rounded once to ``out_dtype``."""
+    acc = compute_dtype(out_dtype)
+    data = csr.data if csr.data.dtype == acc else csr.data.astype(acc)
+    a = sp.csr_array((data, csr.indices, csr.indptr), shape=shape, copy=False)
+    a.has_canonical_format = True
+    rhs = b if b.dtype == acc else b.astype(acc)
+    out = a @ rhs
+    return out if out.dtype == out_dtype else out.astype(out_dtype)
+
+
+def transpose(csr, shape):
+    """The canonical CSR of the transpose (scipy's ``tocsr`` of the CSC view)."""
+    t = csr.scipy(shape).T.tocsr()
+    t.has_canonical_format = True
+    return host_csr(t.indptr, t.indices, t.data)
+
+
+def to_dense(csr, shape, dtype):
+    """Dense array of ``dtype`` (scipy's kernel; 16-bit values converted exactly after)."""
+    out = csr.scipy(shape).toarray()
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+def _pair_counts(csr, shape, tile_width):
+    """``(counts, indptr)``: the entry count of every non-empty (row, tile) pair, in row
+    order, and the row pointer over them. A row's entries in one tile are consecutive (its
+    columns are sorted), so the counts are the lengths of the runs of equal tile numbers,
+    which scipy's duplicate-summing kernel finds in one pass without sorting."""
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    if nt == 1:
+        return np.diff(csr.indptr), np.arange(m + 1)
+    tiles = csr.indices // tile_width if tile_width & (tile_width - 1) else (
+        csr.indices >> (tile_width.bit_length() - 1))
+    # sum_duplicates rewrites the arrays in place: the row pointer is a copy.
+    runs = sp.csr_array((np.ones(tiles.size, dtype=np.int32), tiles, csr.indptr.copy()),
+                        shape=(m, nt), copy=False)
+    runs.has_sorted_indices = True
+    runs.sum_duplicates()
+    return runs.data, runs.indptr
+
+
+def tile_counts_histogram(csr, shape, tile_width):
+    """``hist[c]``: the (row, tile) pairs holding ``c`` entries, int64 of ``tile_width + 1``
+    bins.
+
+    Where the pairs are no more than the entries, every pair's count at once (a histogram
+    of ``row * n_tiles + tile``), which takes half the time of finding the runs; else the
+    runs (:func:`_pair_counts`), whose memory grows with the entries alone.
+    """
+    m, k = shape
+    nt = _layout.n_tiles(k, tile_width)
+    if 1 < nt and m * nt <= csr.indices.size:
+        rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(csr.indptr))
+        counts = np.bincount(rows * nt + csr.indices // tile_width, minlength=m * nt)
+    else:
+        counts, _ = _pair_counts(csr, shape, tile_width)
+    hist = np.bincount(counts, minlength=tile_width + 1)[: tile_width + 1].astype(np.int64)
+    hist[0] += m * nt - counts.size
+    return hist
+
+
+def overflow_rows(csr, shape, tile_width, slots):
+    """Rows with a (row, tile) pair of more than ``slots`` entries."""
+    counts, indptr = _pair_counts(csr, shape, tile_width)
+    over = np.flatnonzero(counts > slots)
+    return int(np.unique(np.searchsorted(indptr, over, side="right")).size)
