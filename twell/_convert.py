@@ -213,8 +213,9 @@ def from_tuple(arg, shape, dtype=None, storage=None):
             check_storage(shape, *storage)
         return csr_from_rows(indptr, indices, data, shape, dtype, ("indptr", "indices"))
     raise ValueError(
-        "arg as a tuple must be (M, K), (data, (row, col)), (data, indices, indptr) or the "
-        f"six TwELL storage arrays; got a tuple of {len(arg)}"
+        "arg as a tuple must be (M, K), (data, (row, col)), (data, indices, indptr) or the 6 "
+        "storage arrays (counts, data, indices, overflow_indptr, overflow_indices, "
+        f"overflow_data) of a TwELLMatrix; got a tuple of {len(arg)}"
     )
 
 
