@@ -35,7 +35,7 @@ import operator
 import numpy as np
 import scipy.sparse as sp
 
-from . import _arrays, _backend, _convert, _dtype_rules, _indexing
+from . import _algorithms, _arrays, _backend, _convert, _dtype_rules, _indexing
 from ._validation import SUPPORTED_DTYPES, bfloat16, check_shape, result_dtype
 
 #: The formats scipy's ``asformat`` knows, reached through CSR.
@@ -442,9 +442,10 @@ class SparseArrayAPI:
         if axis is None:
             return self.nnz
         rows, cols, _ = self._coo_arrays()
-        xp = self._xp
-        keys = cols if axis == 0 else rows
-        return xp.bincount(keys, minlength=self.shape[1 - axis]).astype(np.int64)
+        # Rows come sorted; columns are sorted first. count_sorted's memory follows the keys
+        # (CuPy's bincount would hold a histogram of the axis' length per thread block).
+        keys = rows if axis == 1 else self._xp.sort(cols)
+        return _algorithms.count_sorted(keys, self.shape[1 - axis]).astype(np.int64)
 
     def nonzero(self):
         """``(rows, cols)`` of the non-zero entries, sorted by row then column (int64)."""
