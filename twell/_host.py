@@ -114,19 +114,27 @@ def _pair_counts(csr, shape, tile_width):
     return runs.data, runs.indptr
 
 
+#: Layouts of at most this many tiles a row count their pairs by runs (tile_counts_histogram).
+_FEW_TILES = 4
+
+
 def tile_counts_histogram(csr, shape, tile_width):
     """``hist[c]``: the (row, tile) pairs holding ``c`` entries, int64 of ``tile_width + 1``
     bins.
 
-    Where the pairs are no more than the entries, every pair's count at once (a histogram
-    of ``row * n_tiles + tile``), which takes half the time of finding the runs; else the
-    runs (:func:`_pair_counts`), whose memory grows with the entries alone.
+    With many tiles a row, and no more pairs than entries, every pair's count at once (a
+    histogram of ``row * n_tiles + tile``: the ReLU activations' 22 tiles, their entries
+    spread over them); else the runs (:func:`_pair_counts`), fewer than the entries where a
+    row's entries cluster in a few wide tiles (a stencil), whose memory grows with the
+    entries alone.
     """
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
-    if 1 < nt and m * nt <= csr.indices.size:
+    if _FEW_TILES < nt and m * nt <= csr.indices.size:
         rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(csr.indptr))
-        counts = np.bincount(rows * nt + csr.indices // tile_width, minlength=m * nt)
+        tiles = csr.indices // tile_width if tile_width & (tile_width - 1) else (
+            csr.indices >> (tile_width.bit_length() - 1))
+        counts = np.bincount(rows * nt + tiles, minlength=m * nt)
     else:
         counts, _ = _pair_counts(csr, shape, tile_width)
     hist = np.bincount(counts, minlength=tile_width + 1)[: tile_width + 1].astype(np.int64)
