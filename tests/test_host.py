@@ -174,3 +174,14 @@ def test_a_matrix_from_its_own_storage_equals_it(rng):
     np.testing.assert_array_equal(b @ np.ones(700, np.float32), a @ np.ones(700, np.float32))
     assert b._csr is not None  # made for the product
     assert_parts_equal(a, b)
+
+
+def test_a_pickled_host_matrix_keeps_its_storage_read_only(rng):
+    import pickle
+
+    a = twell.TwELLMatrix(activations(rng, 30, 500, 0.03), tile_width=64, slots=2)
+    a.validate()  # builds the storage
+    b = pickle.loads(pickle.dumps(a))
+    assert not b.data.flags.writeable and not b.counts.flags.writeable
+    np.testing.assert_array_equal(b.toarray(), a.toarray())
+    np.testing.assert_array_equal(b @ np.ones(500, np.float32), a @ np.ones(500, np.float32))

@@ -208,6 +208,12 @@ class TwELLMatrix(SparseMatrix):
         self._tile_index = None  # from the counts; _from_parts passes it where they are kept
         self.__dict__.pop("_transpose_cache", None)  # of the arrays being replaced
 
+    def __setstate__(self, state):
+        # A pickle carries the arrays writable: a host matrix's own storage is read-only again.
+        self.__dict__.update(state)
+        if self._p is not None and not self._shared and self._xp is np:
+            _host.freeze(self._p)
+
     def _adopt(self, other):
         """Take over ``other``'s state (a constructor's result)."""
         self.__dict__.pop("_transpose_cache", None)
