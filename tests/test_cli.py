@@ -77,6 +77,12 @@ def make_inputs(folder):
     (folder / "garbage.twell").write_bytes(b"PK\x03\x04 truncated")
     (folder / "complex.mtx").write_text(
         "%%MatrixMarket matrix coordinate complex general\n2 2 1\n1 1 1.0 2.0\n")
+    for name, text in MALFORMED_MTX.items():
+        (folder / name).write_bytes(text)
+    # Bytes that are no text at all, NUL included, read with --from mtx.
+    (folder / "binary.dat").write_bytes(bytes(np.random.default_rng(3).integers(0, 256, 300,
+                                                                                 np.uint8)))
+    (folder / "no-rows.mtx").write_text("%%MatrixMarket matrix array real general\n0 5\n")
     np.savez(folder / "arrays.npz", x=x)
     f = folder / "tampered.twell"
     twell.save(f, a)
@@ -86,6 +92,26 @@ def make_inputs(folder):
     with open(f, "wb") as out:
         np.savez(out, **fields)
     (folder / "in.txt").write_bytes((folder / "in.mtx").read_bytes())
+
+
+#: Matrix Market files that scipy.io.mmread (scipy 1.17) aborted, crashed or misread on, or
+#: that describe more than twell holds: name -> content.
+MALFORMED_MTX = {
+    # Handed to scipy as an open file object, this ended the process (C++ terminate, exit 134).
+    "bad.mtx": b"x\nyy\nzz\n",
+    # A NUL byte after a value: scipy's parser crashes (SIGSEGV) whatever it is handed.
+    "nul.mtx": b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.5\x00\n",
+    # A dense array of zero rows with a value: scipy divides by zero (SIGFPE).
+    "zero-rows-array.mtx": b"%%MatrixMarket matrix array real general\n0 5\n1\n",
+    "hermitian.mtx": b"%%MatrixMarket matrix coordinate complex hermitian\n2 2 1\n2 1 1.0 2.0\n",
+    "wide.mtx": b"%%MatrixMarket matrix coordinate real general\n2 2147483648 1\n1 1 1.5\n",
+    # scipy allocates what the size line declares before reading a line (3.6 TiB here).
+    "many-entries.mtx": b"%%MatrixMarket matrix coordinate real general\n3 3 1000000000000\n"
+                        b"1 1 1.5\n",
+    # scipy reads these as 1.5 and 0.0 without a word.
+    "junk-value.mtx": b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.5abc\n",
+    "hex-value.mtx": b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 0x10\n",
+}
 
 
 # -- the runs -------------------------------------------------------------------
@@ -133,8 +159,37 @@ ERRORS = {
     "show without -o": (("show", "in.mtx"), 2, "the following arguments are required: -o"),
     "bad Matrix Market": (("info", "garbage.mtx"), 1,
                           "garbage.mtx: not a valid Matrix Market file"),
+    "malformed Matrix Market": (("info", "bad.mtx"), 1,
+                                "bad.mtx: not a valid Matrix Market file: line 1 does not start "
+                                "with the banner '%%MatrixMarket'"),
+    "convert malformed Matrix Market": (("convert", "bad.mtx", "bad.twell"), 1,
+                                        "bad.mtx: not a valid Matrix Market file: line 1"),
+    "binary file read as Matrix Market": (("info", "binary.dat", "--from", "mtx"), 1,
+                                          "binary.dat: not a valid Matrix Market file"),
+    "NUL in Matrix Market": (("info", "nul.mtx"), 1,
+                             r"nul.mtx: not a valid Matrix Market file: line 3: the byte 0x00 "),
+    "values in an array of zero rows": (
+        ("info", "zero-rows-array.mtx"), 1,
+        "zero-rows-array.mtx: not a valid Matrix Market file: the size line declares 0 values "
+        "and line 3 holds one"),
     "complex Matrix Market": (("convert", "complex.mtx", "complex.twell"), 1,
-                              "dtype must be one of .* got .*complex128"),
+                              "complex.mtx: the values are complex numbers .Matrix Market field "
+                              "'complex'.; twell holds real numbers"),
+    "Hermitian Matrix Market": (("info", "hermitian.mtx"), 1,
+                                "hermitian.mtx: the values are complex numbers"),
+    "Matrix Market too wide": (("info", "wide.mtx"), 1,
+                               "wide.mtx: the matrix has 2147483648 columns; twell holds at most "
+                               "2147483647"),
+    "Matrix Market entries missing": (
+        ("info", "many-entries.mtx"), 1,
+        "many-entries.mtx: not a valid Matrix Market file: the size line declares "
+        "1000000000000 entries and the file holds 1"),
+    "junk after a Matrix Market value": (
+        ("info", "junk-value.mtx"), 1,
+        r"junk-value.mtx: not a valid Matrix Market file: line 3: the byte 'b' \(0x62\) "),
+    "hexadecimal Matrix Market value": (
+        ("info", "hex-value.mtx"), 1,
+        r"hex-value.mtx: not a valid Matrix Market file: line 3: the byte 'x' \(0x78\) "),
     "truncated twell file": (("info", "garbage.twell"), 1,
                              r"garbage.twell: not a twell file: not a zip \(.npz\) archive"),
     "tampered twell file": (("convert", "tampered.twell", "x.mtx"), 1,
@@ -179,6 +234,7 @@ RUNS = {
     "info twell auto": ("info", "in.twell", "--slots", "auto"),
     "info options": ("info", "in.npz", "--tile-width", "8", "--slots", "1"),
     "info empty": ("info", "empty.npy"),
+    "info no-rows Matrix Market": ("info", "no-rows.mtx"),
     "show": ("show", "in.mtx", "-o", "layout.png", "--tile-width", "8", "--slots", "2"),
     "show rows": ("show", "in.twell", "-o", "layout.svg", "--rows", "3"),
     "help": ("--help",),
@@ -191,6 +247,14 @@ RUNS = {
 SUBPROCESS = {
     *_conversions(), "info mtx", "show", "show rows", "help", "version", "error missing file",
     "error bad tile width", "error tampered twell file",
+    # scipy's Matrix Market parser ended the process on these (abort, SIGSEGV, SIGFPE): in a
+    # subprocess, a regression fails its test instead of ending the test run.
+    "error malformed Matrix Market", "error convert malformed Matrix Market",
+    "error binary file read as Matrix Market", "error NUL in Matrix Market",
+    "error values in an array of zero rows", "info no-rows Matrix Market",
+    "error Hermitian Matrix Market", "error Matrix Market too wide",
+    "error Matrix Market entries missing", "error junk after a Matrix Market value",
+    "error hexadecimal Matrix Market value",
 }
 
 
@@ -398,6 +462,12 @@ def test_info_options(runs):
     hist = r.out.split("non-zeros per (row, tile)")[1].split("bytes")[0]
     assert re.search(r"^ +1 +\d+ +[\d.]+% +#+$", hist, re.M)  # one line per count up to 8
     assert re.search(r"^ +8 +\d+ +[\d.]+% +#+ +overflow$", hist, re.M)
+
+
+def test_info_of_a_matrix_market_array_without_rows(runs):
+    # Guards: scipy's reader divides by zero on a dense array of zero rows; twell reads it.
+    f = fields(ok(runs, "info no-rows Matrix Market").out)
+    assert f["shape"].strip() == "0 x 5" and f["nnz"].strip() == "0"
 
 
 def test_info_of_an_empty_matrix(runs):

@@ -8,16 +8,19 @@ at every public entry point; huge requested shapes meet the documented limits
 """
 
 import io
+import os
+import tempfile
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import assume, given
+from helpers import in_child, read_matrix_market
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
-from strategies import cases, coo_cases, csr_cases
+from strategies import MtxCase, cases, coo_cases, csr_cases, matrix_market_files
 
 import twell
-from twell import _io, _layout
+from twell import _files, _io, _layout
 
 # -- broken storage tuples --------------------------------------------------------------
 
@@ -465,3 +468,66 @@ def test_range_errors_name_the_position_and_the_value(backend):
     with pytest.raises(ValueError, match=r"overflow_indices must be in \[0, K=10\); "
                                          r"got overflow_indices\[0\]=-4"):
         twell.TwELLMatrix(_replace(parts, 4, cols), shape=(3, 10), tile_width=4)
+
+
+# -- Matrix Market files -------------------------------------------------------------------
+# scipy.io.mmread (scipy 1.17) ends the process on some malformed files (a NUL byte, a dense
+# array of zero rows holding a value; any error when handed an open file object), reads
+# others silently wrong ("1.5abc" as 1.5, "0x10" as 0, "1e" as 1) and allocates what the
+# size line declares before reading a line. twell checks the file before scipy reads it.
+
+
+def _read_mtx(text):
+    """``twell._files.read`` of ``text`` as a .mtx file, in a forked child (a crash fails
+    the test instead of ending the run)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "m.mtx")
+        with open(path, "wb") as f:
+            f.write(text)
+
+        def read():
+            x, _ = _files.read(path)
+            coo = sp.coo_array(x)
+            return x.shape, coo.row, coo.col, coo.data.astype(np.float64)
+
+        return path, in_child(read)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork to survive a crash")
+@given(case=matrix_market_files())
+@example(case=MtxCase(b"x\nyy\nzz\n", True, "the issue's file"))
+@example(case=MtxCase(b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.5\x00\n",
+                      True, "NUL after a value"))
+@example(case=MtxCase(b"%%MatrixMarket matrix array real general\n0 5\n1\n", True,
+                      "a value in an array of zero rows"))
+@example(case=MtxCase(b"%%MatrixMarket matrix array real general\n0 5\n", False,
+                      "an array of zero rows"))
+@example(case=MtxCase(b"%%MatrixMarket matrix coordinate real general\n3 3 1000000000000\n",
+                      True, "declares 10**12 entries"))
+@example(case=MtxCase(b"%%MatrixMarket matrix coordinate real skew-symmetric\n2 2 1\n"
+                      b"1 1 1.5\n", True, "skew-symmetric with a diagonal entry"))
+def test_a_matrix_market_file_is_read_exactly_or_refused_by_name(case):
+    """Whatever the bytes: no crash, no other exception than a ValueError that starts with
+    the file's name; what is read equals a line-by-line reading of the format, and every
+    file that reading accepts is read."""
+    path, (how, result) = _read_mtx(case.text)
+    assert how != "died", f"the reader ended the process (status {result}) on {case}"
+    try:
+        shape, want = read_matrix_market(case.text)
+    except ValueError:
+        want = None
+    if how == "raised":
+        assert isinstance(result, ValueError), f"{type(result).__name__}: {result} on {case}"
+        assert str(result).startswith(f"{path}: "), result
+        assert want is None, f"refused a valid file ({result}): {case}"
+        return
+    assert want is not None, f"read a broken file: {case}"
+    got_shape, rows, cols, vals = result
+    assert got_shape == shape
+    got = {}
+    for r, c, v in zip(rows.tolist(), cols.tolist(), vals.tolist(), strict=True):
+        got[r, c] = got.get((r, c), 0.0) + v
+    keys = set(got) | set(want)
+    g = np.array([got.get(key, 0.0) for key in keys])
+    w = np.array([want.get(key, 0.0) for key in keys])
+    np.testing.assert_allclose(g, w, rtol=1e-12, equal_nan=True, err_msg=str(case))

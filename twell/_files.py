@@ -16,6 +16,17 @@ or ``.twell`` file is a twell file when it has the field ``twell_format``,
 a scipy.sparse file when it has the field ``format`` (see
 :func:`twell._io.npz_kind`).
 
+Matrix Market files are checked before scipy reads them (:func:`read_mtx_header`,
+:func:`check_mtx_body`): the banner and the size line, the sizes against twell's limits,
+every byte of the entries (numbers only: digits, minus signs, points, exponents, ``nan``,
+``inf``; scipy's parser takes no ``+`` before a number), the numbers on each line and the
+count of lines. scipy's parser ends the process on some malformed input (a NUL byte, a
+dense array of zero rows holding a value), reads some silently wrong (``1.5abc`` as 1.5,
+``0x10`` as 0) and allocates what the size line declares before reading a line; after
+these checks it gets well-formed text only, and its allocation is bounded by the file's
+length. Compressed Matrix Market files (``.gz``, ``.bz2``) are not read: decompress them
+first.
+
 What each format holds: Matrix Market and scipy's ``.npz`` have no float16
 or bfloat16, NumPy's ``.npy`` no bfloat16 (it would be written as opaque
 2-byte records): such values are written as float32, which holds them
@@ -24,9 +35,13 @@ decimal form reads back exactly; it is read as float64 (integer files too),
 so pass a dtype to get float32 back.
 """
 
+import functools
 import os
+from typing import NamedTuple
 
 import numpy as np
+
+from . import _layout
 
 #: Format names (the values of --from and --to) and what they are.
 FORMATS = {
@@ -136,12 +151,311 @@ def _read_npz(path):
 
 def _read_mtx(path):
     import scipy.io
+    import scipy.sparse as sp
 
+    if path.lower().endswith((".gz", ".bz2")):
+        # scipy would decompress these through a stream, whose errors end the process.
+        raise ValueError(f"{path}: compressed Matrix Market files are not read; decompress it "
+                         "first")
+    with open(path, "rb") as f:
+        header = read_mtx_header(f, path)
+        check_mtx_body(f, path, header)
+    m, k = header.shape
+    if header.values == 0:
+        # Nothing for scipy to read; its array reader divides by zero on zero rows.
+        return np.zeros((m, k)) if header.format == "array" else sp.coo_array((m, k))
     try:
-        with open(path, "rb") as f:  # a file object: scipy would try other names for a path
-            return scipy.io.mmread(f)
-    except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a valid Matrix Market file ({exc})") from None
+        # A path, never an open file object: scipy's reader of Python streams ends the process
+        # (C++ terminate) when the file is not what it expects.
+        x = scipy.io.mmread(path)
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError, MemoryError) as exc:
+        text = str(exc) or type(exc).__name__
+        raise _mtx_error(path, text[:1].lower() + text[1:].rstrip(".")) from None
+    if header.symmetry == "skew-symmetric" and header.format == "coordinate":
+        diagonal = np.flatnonzero(x.row == x.col)  # scipy keeps such entries as they are
+        if diagonal.size:
+            i = int(x.row[diagonal[0]]) + 1
+            raise _mtx_error(path, f"a skew-symmetric matrix has zeros on its diagonal; the "
+                                   f"file holds an entry at row {i}, column {i}")
+    return x
+
+
+class MtxHeader(NamedTuple):
+    """What the first lines of a Matrix Market file declare."""
+
+    format: str  # "coordinate" or "array"
+    field: str  # "real", "integer" or "pattern" ("double" and "unsigned-integer" as named)
+    symmetry: str  # "general", "symmetric", "skew-symmetric" or "hermitian"
+    shape: tuple
+    values: int  # lines of numbers that follow: entries (coordinate) or stored values (array)
+    numbers: int  # numbers on each of those lines
+    lines: int  # lines up to and including the size line
+
+
+#: The longest header line read (the format allows 1024 characters a line; comments are
+#: skipped whatever their length) and the longest line of numbers.
+MTX_LINE_LIMIT = 1 << 16
+
+#: Bytes of the body checked at once.
+MTX_CHUNK = 1 << 22
+
+_MTX_FIELDS = ("real", "double", "integer", "unsigned-integer", "pattern", "complex")
+_MTX_SYMMETRIES = ("general", "symmetric", "skew-symmetric", "hermitian")
+
+
+def _mtx_error(path, problem):
+    return ValueError(f"{path}: not a valid Matrix Market file: {problem}")
+
+
+def _plural(n, word):
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
+
+
+def _shown(line, limit=60):
+    text = line.decode("latin-1").strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def read_mtx_header(f, path):
+    """Read and check the banner, comments and size line of a Matrix Market file.
+
+    ``f``: the file, opened in binary mode at its start; left at the first line after the
+    size line. Returns an :class:`MtxHeader`; raises ValueError naming ``path`` and the
+    line.
+    """
+    banner = f.readline(MTX_LINE_LIMIT)
+    if not banner.startswith(b"%%MatrixMarket") or not banner[14:15].isspace():
+        raise _mtx_error(path, "line 1 does not start with the banner '%%MatrixMarket'")
+    words = banner[14:].decode("latin-1").lower().split()
+    if len(words) != 4:
+        raise _mtx_error(path, "line 1 must read '%%MatrixMarket matrix FORMAT FIELD "
+                               f"SYMMETRY'; got {_shown(banner)}")
+    obj, fmt, field, symmetry = words
+    if obj != "matrix":
+        raise _mtx_error(path, f"line 1: the object is {obj!r}; twell reads 'matrix' files")
+    if fmt not in ("coordinate", "array"):
+        raise _mtx_error(path, f"line 1: the format must be 'coordinate' or 'array'; got {fmt!r}")
+    if field not in _MTX_FIELDS:
+        raise _mtx_error(path, f"line 1: the field must be one of {', '.join(_MTX_FIELDS)}; "
+                               f"got {field!r}")
+    if symmetry not in _MTX_SYMMETRIES:
+        raise _mtx_error(path, f"line 1: the symmetry must be one of "
+                               f"{', '.join(_MTX_SYMMETRIES)}; got {symmetry!r}")
+    if field == "complex":
+        raise ValueError(f"{path}: the values are complex numbers (Matrix Market field "
+                         "'complex'); twell holds real numbers: float64, float32, float16 or "
+                         "bfloat16")
+    if field == "pattern" and (fmt == "array" or symmetry in ("skew-symmetric", "hermitian")):
+        raise _mtx_error(path, f"line 1: a pattern matrix cannot be {fmt} {symmetry}")
+    n = 1
+    while True:
+        line = f.readline(MTX_LINE_LIMIT)
+        n += 1
+        if not line:
+            raise _mtx_error(path, f"the file ends at line {n} before its size line")
+        if line.startswith(b"%"):
+            while line and not line.endswith(b"\n"):  # a long comment: skip the rest
+                line = f.readline(MTX_LINE_LIMIT)
+            continue
+        if not line.endswith(b"\n") and len(line) == MTX_LINE_LIMIT:
+            raise _mtx_error(path, f"line {n} is longer than {MTX_LINE_LIMIT} bytes")
+        if line.strip():
+            break
+    names = ("rows", "columns", "entries") if fmt == "coordinate" else ("rows", "columns")
+    words = line.split()
+    if len(words) != len(names) or not all(w.isdigit() for w in words):
+        raise _mtx_error(path, f"line {n}: the size line must hold the {', '.join(names)} as "
+                               f"{len(names)} non-negative integers; got {_shown(line)}")
+    m, k, *rest = (int(w) for w in words)
+    for size, what, limit in ((m, "rows", _layout.MAX_ROWS), (k, "columns",
+                                                                _layout.MAX_COLUMNS)):
+        if size > limit:
+            raise ValueError(f"{path}: the matrix has {size} {what}; twell holds at most "
+                             f"{limit}")
+    if symmetry != "general" and m != k:
+        raise _mtx_error(path, f"line {n}: a {symmetry} matrix must be square; the size line "
+                               f"declares {m} x {k}")
+    if fmt == "coordinate":
+        values, numbers = rest[0], 2 if field == "pattern" else 3
+    else:
+        values = {"general": m * k, "skew-symmetric": m * (m - 1) // 2}.get(
+            symmetry, m * (m + 1) // 2)
+        numbers = 1
+    return MtxHeader(fmt, field, symmetry, (m, k), values, numbers, n)
+
+
+# Byte classes of the numbers of a Matrix Market body; 0 is a byte that has no place there.
+_SPACE, _NEWLINE, _DIGIT, _MINUS, _POINT, _EXPONENT, _LETTER, _PLUS = range(1, 9)
+_WORDS = (b"nan", b"inf", b"infinity")
+
+# Flags of a byte, looked up with the byte before it: a number starts there, the pair is
+# bad, the byte is a point, an exponent, a letter, a line end, or has no place there.
+_START, _BAD, _IS_POINT, _IS_EXPONENT, _IS_LETTER, _IS_NEWLINE, _IS_STRAY = 1, 2, 4, 8, 16, 32, 64
+
+
+@functools.cache
+def _mtx_tables(field):
+    """Lookup tables of a field: byte -> class (256 uint8), and ``byte_before | byte << 8``
+    -> flags (65536 uint8).
+
+    A pair is bad when either byte has no place in a number of the field, a number starts or
+    ends with a byte that cannot start or end one, or two bytes of a number cannot follow
+    each other (``[-]`` digits ``[.]`` digits ``[eE[+-]digits]``, or ``[-]`` and a word);
+    the counts of points and exponents, and the words, are checked apart.
+    """
+    cls = np.zeros(256, dtype=np.uint8)
+    cls[list(b" \t\r")] = _SPACE
+    cls[ord("\n")] = _NEWLINE
+    cls[list(b"0123456789")] = _DIGIT
+    cls[ord("-")] = _MINUS
+    if field in ("real", "double"):
+        cls[ord(".")] = _POINT
+        cls[list(b"eE")] = _EXPONENT
+        cls[list(b"nafityNAFITY")] = _LETTER  # nan, inf, infinity
+        cls[ord("+")] = _PLUS  # scipy takes no "+" before a number, only in an exponent
+    follows = {(_DIGIT, _DIGIT), (_DIGIT, _POINT), (_DIGIT, _EXPONENT), (_MINUS, _DIGIT),
+               (_MINUS, _POINT), (_MINUS, _LETTER), (_POINT, _DIGIT), (_POINT, _EXPONENT),
+               (_EXPONENT, _DIGIT), (_EXPONENT, _MINUS), (_EXPONENT, _PLUS), (_PLUS, _DIGIT),
+               (_LETTER, _LETTER)}
+    first, last = {_DIGIT, _MINUS, _POINT, _LETTER}, {_DIGIT, _POINT, _LETTER}
+    pairs = np.zeros((9, 9), dtype=np.uint8)  # by (class before, class)
+    for a in range(9):
+        for c in range(9):
+            flags = _BAD if 0 in (a, c) else 0
+            if a < _DIGIT <= c:
+                flags |= _START | (0 if c in first else _BAD)
+            elif c < _DIGIT <= a:
+                flags |= 0 if a in last else _BAD
+            elif a >= _DIGIT and (a, c) not in follows:
+                flags |= _BAD
+            flags |= {_POINT: _IS_POINT, _EXPONENT: _IS_EXPONENT, _LETTER: _IS_LETTER,
+                      _NEWLINE: _IS_NEWLINE, 0: _IS_STRAY}.get(c, 0)
+            pairs[a, c] = flags
+    code = np.arange(65536)
+    return cls, pairs[cls[code & 0xFF], cls[code >> 8]]
+
+
+def check_mtx_body(f, path, header):
+    """Check the lines of numbers that follow a Matrix Market header, to the end of ``f``.
+
+    Every byte must belong to a number (digits, a minus, a point, an exponent, ``nan``,
+    ``inf``, ``infinity``) or separate numbers (spaces, tabs, line ends); every number must
+    be well formed; every line that is not blank must hold ``header.numbers`` numbers, and
+    there must be ``header.values`` such lines. Reads ``f`` in chunks of
+    :data:`MTX_CHUNK` bytes: memory stays small whatever the file's size. Raises ValueError
+    naming ``path`` and the line.
+    """
+    tables = _mtx_tables(header.field)
+    line = header.lines  # lines before the chunk
+    found = 0  # lines of numbers so far
+    carry = b""
+    while True:
+        chunk = f.read(MTX_CHUNK)
+        data = carry + chunk if carry else chunk
+        if chunk:
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and len(data) > MTX_LINE_LIMIT:
+                raise _mtx_error(path, f"line {line + 1} is longer than {MTX_LINE_LIMIT} bytes")
+            carry = data[cut:]
+        elif data:
+            data += b"\n"  # the last line, without its line end
+            cut = len(data)
+        else:
+            break
+        if cut:
+            found, line = _check_mtx_lines(data, cut, tables, path, header, found, line)
+        if not chunk:
+            break
+    if found != header.values:
+        what = _plural(header.values, "entry" if header.format == "coordinate" else "value")
+        raise _mtx_error(path, f"the size line declares {what} and the file holds "
+                               f"{found}")
+
+
+def _check_mtx_lines(data, n, tables, path, header, found, line):
+    """Check the whole lines ``data[:n]`` (ending with a line end) of a Matrix Market body.
+
+    ``found``: lines of numbers before them, ``line``: lines before them in the file.
+    Returns both, updated. A few vectorised passes over the bytes: every pair of neighbours
+    is looked up at once, as 16-bit words read at even and at odd offsets.
+    """
+    cls, table = tables
+    raw = np.frombuffer(data, dtype=np.uint8, count=n)
+    flags = np.empty(n, dtype=np.uint8)
+    flags[0] = table[ord("\n") | data[0] << 8]
+    flags[1::2] = table.take(np.frombuffer(data, dtype="<u2", count=n // 2))
+    flags[2::2] = table.take(np.frombuffer(data, dtype="<u2", count=(n - 1) // 2, offset=1))
+    present = int(np.bitwise_or.reduce(flags))  # the flags that occur at all
+    newlines = np.flatnonzero(raw == ord("\n"))  # nonzero() is fastest on bools
+
+    def where(pos):
+        return line + int(np.searchsorted(newlines, pos)) + 1
+
+    def is_digit(at):
+        return (raw[at] - np.uint8(48)) < 10
+
+    if present & _IS_STRAY:
+        pos = int(np.argmax((flags & _IS_STRAY) != 0))
+        byte = data[pos]
+        shown = f"{chr(byte)!r} (0x{byte:02x})" if 0x20 < byte < 0x7F else f"0x{byte:02x}"
+        raise _mtx_error(path, f"line {where(pos)}: the byte {shown} is not part of a number "
+                               f"(field '{header.field}')")
+    bad = np.zeros(0, dtype=np.intp)
+    if present & _BAD:
+        pos = int(np.argmax((flags & _BAD) != 0))
+        bad = np.array([pos - (cls[data[pos]] < _DIGIT)])  # a bad end: at the last byte
+    ids = np.cumsum(flags & _START, dtype=np.int32 if n < 2**31 else np.int64)
+    wrong = [bad]
+    points = np.flatnonzero((flags & _IS_POINT) != 0) if present & _IS_POINT else bad[:0]
+    exponents = (np.flatnonzero((flags & _IS_EXPONENT) != 0) if present & _IS_EXPONENT
+                 else bad[:0])
+    # A point needs a digit beside it ("+", "." and ".e5" are no numbers).
+    wrong.append(points[~is_digit(points - 1) & ~is_digit(points + 1)])
+    # Within a number at most one point, then at most one exponent.
+    marks = np.concatenate([points, exponents])
+    order = np.argsort(marks, kind="stable")
+    marks, is_point = marks[order], order < points.size
+    same = ids[marks[1:]] == ids[marks[:-1]]
+    wrong.append(marks[1:][same & ~(is_point[:-1] & ~is_point[1:])])
+    if present & _IS_LETTER:  # every run of letters is a word: nan, inf or infinity
+        letters = np.flatnonzero((flags & _IS_LETTER) != 0)
+        first = letters[(flags[letters - 1] & _IS_LETTER) == 0]
+        size = letters[(flags[letters + 1] & _IS_LETTER) == 0] - first + 1
+        known = np.zeros(first.size, dtype=bool)
+        for word in _WORDS:
+            fits = np.flatnonzero(size == len(word))
+            same_word = np.ones(fits.size, dtype=bool)
+            for i, c in enumerate(word):
+                same_word &= (raw[first[fits] + i] | 0x20) == c  # ASCII lower case
+            known[fits[same_word]] = True
+        wrong.append(first[~known])
+    wrong = np.concatenate(wrong)
+    if wrong.size:
+        pos = lo = hi = int(wrong.min())
+        while lo > 0 and cls[data[lo - 1]] >= _DIGIT:
+            lo -= 1
+        while cls[data[hi]] >= _DIGIT:  # the lines end with a line end
+            hi += 1
+        number = data[lo:hi]
+        raise _mtx_error(path, f"line {where(pos)}: {_shown(number, 40)} is not a number")
+
+    per_line = np.diff(ids[newlines], prepend=0)
+    full = np.flatnonzero(per_line)
+    odd = full[per_line[full] != header.numbers]
+    over = full[header.values - found] if full.size > header.values - found else None
+    if odd.size and (over is None or odd[0] <= over):
+        i = int(odd[0])
+        raise _mtx_error(path, f"line {line + i + 1} holds {int(per_line[i])} numbers; a line "
+                               f"of a {header.field} {header.format} file holds "
+                               f"{header.numbers}")
+    if over is not None:
+        what = _plural(header.values, "entry" if header.format == "coordinate" else "value")
+        more = " more" if header.values else ""
+        raise _mtx_error(path, f"the size line declares {what} and line "
+                               f"{line + int(over) + 1} holds one{more}")
+    return found + full.size, line + newlines.size
 
 
 def _read_npy(path):
