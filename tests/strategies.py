@@ -441,3 +441,51 @@ def matrix_market_files(draw, max_size=6):
         labels.append(how)
     return MtxCase(text, bool(labels), f"{fmt} {field} {symmetry}, {m}x{k}"
                    + (f", broken: {', '.join(labels)}" if labels else ""))
+
+
+# -- twell files whose members claim other sizes ---------------------------------
+
+#: The storage arrays of a twell file, by class.
+TWELL_MEMBERS = ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+                 "overflow_data")
+ELL_MEMBERS = ("data", "indices")
+
+
+class MemberClaim(NamedTuple):
+    """A rewrite of one member of a twell file: its .npy header claims ``shape`` (computed
+    from the true one by ``how``), followed by ``payload`` bytes of zeros (None: exactly
+    what the header describes)."""
+
+    member: str
+    how: str
+    factor: int
+    payload: object
+
+
+#: How a member's claimed shape is made from its true shape.
+CLAIMS = ("first dimension times factor", "last dimension times factor", "an extra dimension",
+          "no dimensions", "a zero dimension", "the true shape")
+
+
+def member_claims(members=TWELL_MEMBERS):
+    """What one member of a twell file claims: another shape (up to 2**40 times the true
+    size), then as many bytes as it describes (a small claim), a few, or none."""
+    return st.builds(MemberClaim, st.sampled_from(members), st.sampled_from(CLAIMS),
+                     st.sampled_from([2, 3, 1000, 2**20, 2**40]),
+                     st.sampled_from([None, 0, 7, 4096]))
+
+
+def claimed_shape(shape, claim):
+    """The shape a :class:`MemberClaim` makes of a member's ``shape``."""
+    shape = tuple(shape)
+    if claim.how == "first dimension times factor" and shape:
+        return (max(shape[0], 1) * claim.factor,) + shape[1:]
+    if claim.how == "last dimension times factor" and shape:
+        return shape[:-1] + (max(shape[-1], 1) * claim.factor,)
+    if claim.how == "an extra dimension":
+        return shape + (claim.factor,)
+    if claim.how == "no dimensions":
+        return ()
+    if claim.how == "a zero dimension" and shape:
+        return (0,) + shape[1:]
+    return shape

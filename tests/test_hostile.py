@@ -9,7 +9,9 @@ at every public entry point; huge requested shapes meet the documented limits
 
 import io
 import os
+import re
 import tempfile
+import zipfile
 
 import numpy as np
 import pytest
@@ -17,7 +19,16 @@ import scipy.sparse as sp
 from helpers import in_child, read_matrix_market
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
-from strategies import MtxCase, cases, coo_cases, csr_cases, matrix_market_files
+from strategies import (
+    ELL_MEMBERS,
+    MtxCase,
+    cases,
+    claimed_shape,
+    coo_cases,
+    csr_cases,
+    matrix_market_files,
+    member_claims,
+)
 
 import twell
 from twell import _files, _io, _layout
@@ -531,3 +542,175 @@ def test_a_matrix_market_file_is_read_exactly_or_refused_by_name(case):
     g = np.array([got.get(key, 0.0) for key in keys])
     w = np.array([want.get(key, 0.0) for key in keys])
     np.testing.assert_allclose(g, w, rtol=1e-12, equal_nan=True, err_msg=str(case))
+
+
+# -- decompression-size limits: a member's .npy header against the file's own fields --------
+# twell.load decompressed every member before checking its shape: a 2.1 MB file whose
+# counts member held 2 GiB of zeros (its shape field says 3 x 10) took 2.1 GB. It now reads
+# each member's header first and checks shape, dtype and size against what the fields imply.
+
+
+def _npy_header(shape, dtype):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+              "shape": tuple(shape)})
+    return buf.getvalue()
+
+
+def _twell_file(fields, member=None, shape=None, payload=None, compresslevel=1):
+    """A compressed twell file of ``fields``; ``member`` (if given) rewritten with an .npy
+    header claiming ``shape`` and ``payload`` bytes of zeros (None: what the header
+    describes), streamed, so that a member of gigabytes costs no memory to write."""
+    f = io.BytesIO()
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as z:
+        for name, value in fields.items():
+            if name != member:
+                buf = io.BytesIO()
+                np.save(buf, value, allow_pickle=False)
+                z.writestr(f"{name}.npy", buf.getvalue())
+                continue
+            dtype = value.dtype
+            size = payload if payload is not None else int(np.prod(shape)) * dtype.itemsize
+            with z.open(f"{name}.npy", "w", force_zip64=True) as out:
+                out.write(_npy_header(shape, dtype))
+                chunk = bytes(min(size, 1 << 20))
+                for start in range(0, size, len(chunk) or 1):
+                    out.write(chunk[:size - start])
+    f.seek(0)
+    return f
+
+
+def _small_twell():
+    x = np.zeros((3, 10), dtype=np.float32)
+    x[0, [0, 1, 3]] = [1, 2, 3]  # the first tile overflows with 2 slots
+    x[2, 9] = 4
+    return twell.TwELLMatrix(x, tile_width=4, slots=2)
+
+
+def _load_peak(f):
+    """``twell.load(f)`` and the peak of memory traced meanwhile (NumPy reports its
+    allocations to tracemalloc), in bytes: ``(result or exception, peak)``."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            result = twell.load(f)
+        except ValueError as exc:
+            result = exc
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.fixture(scope="module")
+def counts_bomb():
+    """The issue's file, smaller: a counts member of 256 MiB of zeros (a 1 MB file), its
+    header claiming (2**26, 1) where the shape field (3, 10) and tile width 4 imply
+    (3, 3)."""
+    fields = _io._fields(_small_twell())
+    return _twell_file(fields, "counts", (2**26, 1)).getvalue()
+
+
+def test_a_member_claiming_a_huge_shape_is_refused_before_it_is_read(counts_bomb):
+    assert len(counts_bomb) < 2**21
+    result, peak = _load_peak(io.BytesIO(counts_bomb))
+    assert isinstance(result, ValueError)
+    assert re.search(r"invalid twell file: counts must have shape \(M, n_tiles\) = "
+                     r"\(3, 3\); got \(67108864, 1\)", str(result)), result
+    assert peak < 2**23, f"{peak / 2**20:.0f} MiB traced"  # not the 256 MiB it claims
+
+
+def test_twell_info_on_the_bomb_is_one_line_without_the_memory(counts_bomb, tmp_path):
+    from twell import _cli
+
+    path = tmp_path / "bomb.twell"
+    path.write_bytes(counts_bomb)
+    import contextlib
+    import tracemalloc
+
+    err = io.StringIO()
+    tracemalloc.start()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = _cli.main(["info", str(path)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rc == 1 and err.getvalue().count("\n") == 1
+    assert f"{path}: invalid twell file: counts must have shape" in err.getvalue()
+    assert peak < 2**23, f"{peak / 2**20:.0f} MiB traced"
+
+
+@pytest.mark.parametrize(("member", "shape", "message"), [
+    ("data", (3, 3, 2**24), r"data must have between 1 and tile_width=4 slots; got "
+                            r"shape \(3, 3, 16777216\)"),
+    ("overflow_indices", (2**24,), r"overflow_indices holds 16777216 entries; the "
+                                   r"counts leave room for at most 2 overflow entries"),
+    ("overflow_data", (2**24,), r"overflow_data must have shape \(1,\) like "
+                                r"overflow_indices; got \(16777216,\)"),
+    ("overflow_indptr", (2**24,), r"overflow_indptr must have shape \(M \+ 1,\) = "
+                                  r"\(4,\); got \(16777216,\)"),
+    ("indices", (3, 3, 2**20), r"indices must have the shape of data \(3, 3, 2\); got "
+                               r"\(3, 3, 1048576\)"),
+], ids=["slots", "overflow length", "overflow data", "overflow indptr", "indices"])
+def test_every_member_is_checked_against_the_fields_before_it_is_read(member, shape, message):
+    f = _twell_file(_io._fields(_small_twell()), member, shape)
+    result, peak = _load_peak(f)
+    assert isinstance(result, ValueError) and re.search(message, str(result)), result
+    assert peak < 2**23, f"{peak / 2**20:.0f} MiB traced"
+
+
+def test_an_ell_member_wider_than_the_matrix_is_refused_before_it_is_read():
+    e = twell.ELLMatrix(np.array([[0.0, 2.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0]]))
+    f = _twell_file(_io._fields(e), "data", (2, 2**24))
+    result, peak = _load_peak(f)
+    assert isinstance(result, ValueError), result
+    assert re.search(r"data must have shape \(M, width\) with M = 2 and width at most "
+                     r"K = 4; got \(2, 16777216\)", str(result)), result
+    assert peak < 2**23
+
+
+def test_bytes_past_what_a_header_describes_are_refused():
+    # Before, numpy read what the header describes and ignored the rest, whose CRC-32 was
+    # then never checked: trailing bytes of any content loaded silently.
+    fields = _io._fields(_small_twell())
+    f = _twell_file(fields, "counts", (3, 3), payload=36 + 4096)
+    with pytest.raises(ValueError, match=r"invalid twell file: field 'counts': the member holds "
+                                         r"\d+ bytes; its .npy header describes \d+"):
+        twell.load(f)
+
+
+@given(case=cases(values="finite", max_rows=8, max_cols=40, tile_widths=(1, 3, 8)),
+       claim=member_claims())
+def test_a_member_claiming_another_size_is_refused_or_changes_nothing(case, claim):
+    """Whatever one member's header claims: a ValueError naming the field, or (a claim of
+    the true shape) the same matrix; memory stays near the file's size."""
+    a = twell.TwELLMatrix(case.dense, tile_width=case.tile_width, slots=case.slots)
+    fields = _io._fields(a)
+    true = fields[claim.member].shape
+    shape = claimed_shape(true, claim)
+    described = int(np.prod(shape)) * fields[claim.member].dtype.itemsize
+    payload = claim.payload if claim.payload is not None or described <= 2**22 else 0
+    f = _twell_file(fields, claim.member, shape, payload)
+    size = len(f.getvalue())
+    result, peak = _load_peak(f)
+    if isinstance(result, ValueError):
+        assert re.search(f"invalid twell file: .*{claim.member}", str(result)), result
+    else:
+        assert shape == true and payload in (None, described), claim
+        np.testing.assert_array_equal(result.toarray(), a.toarray())
+    assert peak < 8 * size + 2 * a.nbytes + 2**20, f"{peak} bytes traced, file {size}"
+
+
+@given(width=st.sampled_from([3, 2**20, 2**40]), payload=st.sampled_from([None, 0, 99]))
+def test_an_ell_member_claiming_another_width_is_refused(width, payload):
+    e = twell.ELLMatrix(np.array([[0.0, 2.0, 0.0, 3.0], [1.0, 0.0, 0.0, 0.0]]))
+    fields = _io._fields(e)
+    if payload is None and width > 2**20:
+        payload = 0
+    for member in ELL_MEMBERS:
+        result, peak = _load_peak(_twell_file(fields, member, (2, width), payload))
+        assert isinstance(result, ValueError) and member in str(result), result
+        assert peak < 2**22
