@@ -489,3 +489,31 @@ def claimed_shape(shape, claim):
     if claim.how == "a zero dimension" and shape:
         return (0,) + shape[1:]
     return shape
+
+
+# -- matrices of huge dimensions and few entries -------------------------------
+
+class WideCase(NamedTuple):
+    """A matrix of few entries and up to 2**31 - 1 columns, with a tile width that keeps its
+    storage small: COO triplets, shape and tile width."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    shape: tuple
+    tile_width: int
+
+
+@st.composite
+def wide_cases(draw, max_rows=3):
+    """Few entries in a matrix of 2**20 to 2**31 - 1 columns (tile widths 16384 and 65536,
+    so that a row stores 32768 counts at most); columns near 0, near K - 1 or anywhere."""
+    k = draw(st.sampled_from([2**20, 2**20 + 1, 2**31 - 1, 2**31 - 2]) | st.integers(2**20,
+                                                                                      2**31 - 1))
+    m = draw(st.integers(0, max_rows))
+    t = draw(st.sampled_from([16384, 65536]))
+    n = draw(st.integers(0, 6)) if m else 0
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    cols = np.concatenate([[0, 1, k - 2, k - 1], rng.integers(0, k, 4)])[rng.integers(0, 8, n)]
+    rows = rng.integers(0, max(m, 1), n)
+    return WideCase(rows, cols, _values(rng, n, "finite", 0.0), (m, k), t)

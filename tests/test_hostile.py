@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import in_child, read_matrix_market
+from helpers import in_child, read_matrix_market, run_python
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from strategies import (
@@ -28,6 +28,7 @@ from strategies import (
     csr_cases,
     matrix_market_files,
     member_claims,
+    wide_cases,
 )
 
 import twell
@@ -714,3 +715,58 @@ def test_an_ell_member_claiming_another_width_is_refused(width, payload):
         result, peak = _load_peak(_twell_file(fields, member, (2, width), payload))
         assert isinstance(result, ValueError) and member in str(result), result
         assert peak < 2**22
+
+
+# -- reductions over huge dimensions ----------------------------------------------------
+# A.sum(axis=1) was A @ ones(K): a 1 x (2**31 - 1) matrix of one entry (128 KiB of storage at
+# tile width 65536) asked for a 16 GiB vector. Reductions take memory in proportion to the
+# result, the entries and the storage, never to K or M alone where the result needs neither.
+
+
+def _traced(fn):
+    """``fn()`` and the peak of memory traced meanwhile (tracemalloc; NumPy reports its
+    allocations), in bytes."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_row_sums_of_one_row_of_2_31_columns_take_no_column_sized_memory():
+    # The issue's case, in a child process whose address space is capped at 4 GiB: the 16
+    # GiB vector of ones was a MemoryError there (and an OOM kill without the cap).
+    out = run_python("""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+import numpy as np, scipy.sparse as sp, twell
+k = 2**31 - 1
+a = twell.TwELLMatrix(sp.csr_array((np.array([2.5]), np.array([k - 1]), np.array([0, 1])),
+                                   shape=(1, k)), tile_width=65536)
+print(a.sum(axis=1).tolist(), float(a.sum()), a.nbytes)
+""")
+    sums, total, nbytes = out.split("] ")[0] + "]", *out.split("] ")[1].split()
+    assert sums == "[2.5]" and float(total) == 2.5 and int(nbytes) < 2**19  # 448 KiB
+
+
+@pytest.mark.parametrize("fmt", ["twell", "ell"])
+@given(case=wide_cases())
+def test_reductions_of_huge_dimensions_take_memory_of_the_result_and_the_storage(fmt, case):
+    m, k = case.shape
+    x = sp.coo_array((case.vals, (case.rows, case.cols)), shape=case.shape)
+    a = twell.TwELLMatrix(x, tile_width=case.tile_width)
+    if fmt == "ell":
+        a = twell.ELLMatrix(a)
+    want = sp.csr_array(x)
+    storage = a.nbytes
+    for axis in (None, 1, -1):
+        got, peak = _traced(lambda axis=axis: a.sum(axis=axis))
+        np.testing.assert_allclose(got, np.asarray(want.sum(axis=axis)), rtol=1e-12)
+        assert peak <= 2 * storage + 64 * m + 2**16, (axis, peak, storage)
+    if k <= 2**22:  # the column sums are K long: only where that is small
+        got, peak = _traced(lambda: a.sum(axis=0))
+        np.testing.assert_allclose(got, np.asarray(want.sum(axis=0)), rtol=1e-12)
+        assert peak <= 2 * storage + 48 * k + 2**16, (peak, storage)

@@ -196,6 +196,35 @@ class ELLMatrix:
 
     T = property(transpose)
 
+    def sum(self, axis=None):
+        """Sum of the entries: a scalar (``axis=None``) or a 1-D array (``axis=0|1``).
+
+        As :meth:`TwELLMatrix.sum`: float64 accumulation in a fixed order, the matrix dtype
+        returned, memory in proportion to the result and the storage. Row sums add each
+        row's slots (padding holds zeros), column sums each column's entries in row order,
+        the total the row sums.
+
+        Raises
+        ------
+        ValueError
+            When ``axis`` is not None, 0, 1, -1 or -2.
+
+        See Also
+        --------
+        scipy.sparse.csr_array.sum
+        """
+        if axis not in (None, 0, 1, -1, -2):
+            raise ValueError(f"axis must be None, 0 or 1; got axis={axis!r}")
+        be = _backend.backend(_backend.array_module(self.data))
+        if axis is not None and axis % 2 == 0:
+            _, cols, vals = self._coo()
+            sums = _algorithms.column_sums(cols, be.cast(vals, np.float64), self.shape[1])
+        else:
+            sums = be.cast(self.data, np.float64).sum(axis=1)
+            if axis is None:
+                return be.cast(sums.sum().reshape(1), self.dtype).reshape(())[()]
+        return be.cast(sums, self.dtype)
+
     def __matmul__(self, other):
         """``A @ B`` through the TwELL SpMM (slots chosen by ``"auto"``)."""
         return self.to_twell() @ other

@@ -731,22 +731,52 @@ class TwELLMatrix:
     def sum(self, axis=None):
         """Sum of the entries: a scalar (``axis=None``) or a 1-D array (``axis=0|1``).
 
-        Accumulates in float64, returns the matrix dtype (as
-        ``scipy.sparse`` arrays do, it returns 1-D arrays, not matrices).
-        Deterministic on both backends: row sums are the product with a float64 vector of
-        ones (one warp per row on the GPU, a fixed order), column sums the same on the
-        transpose. A histogram with float weights (``bincount``) would add with atomics,
-        whose order, and so whose last bits, vary from run to run on a GPU.
+        Accumulates in float64, returns the matrix dtype (as ``scipy.sparse`` arrays do,
+        it returns 1-D arrays, not matrices). Row sums add each row's slots (padding slots
+        hold zeros) and then its overflow entries; column sums add each column's slot
+        entries, then its overflow entries, each in row order; the total adds the row
+        sums. Every sum takes a fixed order (:func:`twell._algorithms.segment_sums`), so
+        results are deterministic on both backends: a histogram with float weights
+        (``bincount``) would add with atomics, whose order, and so whose last bits, vary
+        from run to run on a GPU.
+
+        Memory is in proportion to the result and the storage, never to ``K`` or ``M``
+        alone where the result does not need it: the row sums of a 1 x (2**31 - 1) matrix
+        take a few values, its column sums 2**31 - 1. On the GPU this synchronises with the
+        host once or twice (the longest overflow row, the entry count).
+
+        Raises
+        ------
+        ValueError
+            When ``axis`` is not None, 0, 1, -1 or -2.
+
+        See Also
+        --------
+        scipy.sparse.csr_array.sum
         """
-        xp = self._xp
         if axis not in (None, 0, 1, -1, -2):
             raise ValueError(f"axis must be None, 0 or 1; got axis={axis!r}")
-        cast = _backend_of(xp).cast  # CuPy's own casts flush float32 subnormals
-        if axis is None:
-            _, _, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
-            return cast(cast(vals, np.float64).sum().reshape(1), self.dtype).reshape(())[()]
-        a = self if axis % 2 == 1 else self.transpose()
-        return cast(_matmul(a, xp.ones(a.shape[1], dtype=np.float64)), self.dtype)
+        be = _backend_of(self._xp)
+        p = self._parts
+        if axis is not None and axis % 2 == 0:
+            # The entries where they are stored (no canonical order needed): the used slots,
+            # by (row, tile), then the overflow, by row.
+            xp, s = self._xp, self.slots
+            pair, slot = xp.nonzero(_algorithms.slot_mask(p.counts, s).reshape(-1, s))
+            cols = xp.concatenate([
+                (pair % max(self.n_tiles, 1)) * self.tile_width
+                + p.indices.reshape(-1, s)[pair, slot], p.overflow_indices.astype(np.int64)])
+            vals = xp.concatenate([p.data.reshape(-1, s)[pair, slot], p.overflow_data])
+            sums = _algorithms.column_sums(cols, be.cast(vals, np.float64), self.shape[1])
+        else:
+            m = self.shape[0]
+            # CuPy's own casts flush float32 subnormals: the backend's cast keeps them.
+            sums = be.cast(p.data, np.float64).reshape(m, p.data.size // max(m, 1)).sum(axis=1)
+            sums += _algorithms.segment_sums(p.overflow_indptr,
+                                             be.cast(p.overflow_data, np.float64))
+            if axis is None:
+                return be.cast(sums.sum().reshape(1), self.dtype).reshape(())[()]
+        return be.cast(sums, self.dtype)
 
 
 def _is_array(x):
