@@ -517,3 +517,17 @@ def wide_cases(draw, max_rows=3):
     cols = np.concatenate([[0, 1, k - 2, k - 1], rng.integers(0, k, 4)])[rng.integers(0, 8, n)]
     rows = rng.integers(0, max(m, 1), n)
     return WideCase(rows, cols, _values(rng, n, "finite", 0.0), (m, k), t)
+
+
+# -- byte orders -------------------------------------------------------------------
+
+def byte_orders():
+    """A byte order for ``dtype.newbyteorder``: native, little- or big-endian (one of the
+    last two is not native, whatever the machine)."""
+    return st.sampled_from(["=", "<", ">"])
+
+
+def in_byte_order(a, order):
+    """``a`` (NumPy) with the same values in byte order ``order`` (a 1-byte dtype is
+    unchanged: it has no order)."""
+    return a.astype(a.dtype.newbyteorder(order))

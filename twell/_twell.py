@@ -12,6 +12,7 @@ from ._validation import (
     check_slots,
     check_storage,
     check_tile_width,
+    native,
     result_dtype,
     value_dtype,
 )
@@ -53,7 +54,8 @@ class TwELLMatrix:
         Value dtype: float64, float32, float16 or bfloat16. Default: that of
         the input; bool and integer input becomes float64.
     copy : bool, optional
-        With storage arrays, copy them (default False: the matrix shares them).
+        With storage arrays, copy them (default False: the matrix shares them, except
+        those in the other byte order, which it converts).
 
     Attributes
     ----------
@@ -179,7 +181,7 @@ class TwELLMatrix:
                 f"{Parts._fields}; got a tuple of {len(arrays)}"
             )
         xp = _backend.array_module(*arrays)
-        parts = Parts(*(xp.asarray(a) for a in arrays))
+        parts = Parts(*(native(xp.asarray(a)) for a in arrays))  # converts the other order
         if copy:
             parts = Parts(*(a.copy() for a in parts))
         self._set(parts, shape, tile_width)
