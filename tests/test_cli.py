@@ -84,6 +84,10 @@ def make_inputs(folder):
                                                                                  np.uint8)))
     (folder / "no-rows.mtx").write_text("%%MatrixMarket matrix array real general\n0 5\n")
     np.savez(folder / "arrays.npz", x=x)
+    sp.save_npz(folder / "complex.npz", sp.csr_array(np.eye(2, dtype=complex)))
+    sp.save_npz(folder / "wide.npz", sp.csr_array((2, 2**31)))
+    sp.save_npz(folder / "square.npz", sp.csr_array((2**20, 2**20)))
+    np.save(folder / "text.npy", np.array([["a", "b"], ["c", "d"]]))
     f = folder / "tampered.twell"
     twell.save(f, a)
     with np.load(f) as z:
@@ -201,8 +205,22 @@ ERRORS = {
     "scipy file read as twell": (("info", "in.npz", "--from", "twell"), 1,
                                  "in.npz: not a twell file: .* scipy.sparse.load_npz"),
     "1-D npy": (("info", "vector.npy"), 1, r"vector.npy: the array must be 2-D .*shape \(3,\)"),
-    "complex npy": (("info", "complex.npy"), 1, "complex.npy: the array's dtype must be one of"),
-    "bfloat16 npy": (("info", "bf16-raw.npy"), 1, "bf16-raw.npy: the array's dtype must be"),
+    "complex npy": (("info", "complex.npy"), 1,
+                    r"complex.npy: the values are complex numbers \(dtype complex128\); twell "
+                    "holds real numbers: float64, float32, float16 or bfloat16"),
+    "bfloat16 npy": (("info", "bf16-raw.npy"), 1,
+                     r"bf16-raw.npy: the values are raw 2-byte records \(dtype \|V2\)"),
+    "text npy": (("info", "text.npy"), 1, r"text.npy: the values are text \(dtype <U1\)"),
+    "complex npz": (("convert", "complex.npz", "complex-npz.twell"), 1,
+                    r"complex.npz: the values are complex numbers \(dtype complex128\)"),
+    "npz too wide": (("info", "wide.npz"), 1,
+                     "wide.npz: the matrix has 2147483648 columns; twell holds at most "
+                     "2147483647"),
+    "too many stored slots": (
+        ("info", "square.npz", "--tile-width", "1"), 1,
+        r"square.npz: a 1048576 x 1048576 matrix at tile width 1 takes 1048576 \* 1048576 "
+        r"\* 1 = 1099511627776 stored slots; twell holds at most 17179869176: choose a wider "
+        "--tile-width$"),
     "a folder": (("info", "."), 1, r"\.: is a directory"),
     "output folder missing": (("convert", "in.mtx", "nowhere/x.twell"), 1,
                               "nowhere/x.twell: the folder 'nowhere' does not exist"),

@@ -260,23 +260,38 @@ BAR_WIDTH = 40
 def _load(args):
     """Read FILE and build the TwELL matrix of the options: (source, TwELLMatrix, format)."""
     src, fmt = _files.read(args.file, args.from_format)
-    return src, _as_twell(src, args.tile_width, args.slots), fmt
+    return src, _as_twell(args.file, src, args.tile_width, args.slots), fmt
 
 
-def _as_twell(src, tile_width, slots, dtype=None):
+def _as_twell(path, src, tile_width, slots, dtype=None):
     """TwELL with the given layout; a twell file keeps its own unless told otherwise.
 
-    ``tile_width``/``slots`` None: not given on the command line.
+    ``tile_width``/``slots`` None: not given on the command line. Errors name the file
+    ``path`` and the options, not the constructor's parameters.
     """
     import twell
+    from twell import _layout
 
     is_twell = isinstance(src, twell.TwELLMatrix)
     if tile_width is None:
         tile_width = src.tile_width if is_twell else twell.DEFAULT_TILE_WIDTH
+    m, k = src.shape
+    nt = _layout.n_tiles(k, tile_width)
+    least = slots if isinstance(slots, int) else 1
+    if m * nt * least > _layout.MAX_STORED_SLOTS:
+        fewer = " or fewer --slots" if least > 1 else ""
+        raise ValueError(f"{path}: a {m} x {k} matrix at tile width {tile_width} takes {m} * "
+                         f"{nt} * {least} = {m * nt * least} stored slots; twell holds at most "
+                         f"{_layout.MAX_STORED_SLOTS}: choose a wider --tile-width{fewer}")
     if slots == "auto" and is_twell and tile_width == src.tile_width:
         # The constructor keeps a TwELL input's slots under "auto"; --slots auto asks anew.
         slots = twell.auto_slots(np.bincount(src.tile_nnz().ravel(), minlength=1), tile_width)
-    return twell.TwELLMatrix(src, tile_width=tile_width, slots=slots or "auto", dtype=dtype)
+    try:
+        return twell.TwELLMatrix(src, tile_width=tile_width, slots=slots or "auto",
+                                 dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        # What the file's checks leave: a limit reached by the slots "auto" chooses.
+        raise ValueError(f"{path}: cannot store the matrix as TwELL: {exc}") from None
 
 
 def run_info(args):
@@ -387,7 +402,7 @@ def run_convert(args):
     """``twell convert IN OUT``: between Matrix Market, scipy .npz, .npy and twell files."""
     to = _files.output_format(args.output, args.to_format)  # before the work: a name error
     src, fmt = _files.read(args.input, args.from_format)
-    a = _as_twell(src, args.tile_width, args.slots, args.dtype)
+    a = _as_twell(args.input, src, args.tile_width, args.slots, args.dtype)
     written = _files.write(args.output, to, a)
     m, k = a.shape
     line = (f"{args.input} ({_files.FORMATS[fmt]}) -> {args.output} ({_files.FORMATS[to]}): "

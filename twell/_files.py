@@ -117,7 +117,41 @@ def read(path, given=None):
             raise ValueError(f"{path}: neither a twell file (no field 'twell_format') nor a "
                              "scipy.sparse .npz file (no field 'format')")
         fmt = "npz" if kind == "scipy" else "twell"  # twell.load explains any other problem
-    return _READERS[fmt](path), fmt
+    x = _READERS[fmt](path)
+    _check_matrix(path, x)
+    return x, fmt
+
+
+def _check_matrix(path, x):
+    """What a file holds, in twell's terms: real values of a supported kind, and at most
+    2**31 - 1 rows and columns. ValueError naming the file otherwise (the constructor would
+    name its parameter ``x`` instead)."""
+    from ._validation import value_dtype
+
+    try:
+        value_dtype(x.dtype)
+    except TypeError:
+        raise ValueError(f"{path}: {_values(x.dtype)}; twell holds real numbers: float64, "
+                         "float32, float16 or bfloat16 (bool and integer values become "
+                         "float64)") from None
+    for size, what, limit in zip(x.shape, ("rows", "columns"),
+                                 (_layout.MAX_ROWS, _layout.MAX_COLUMNS), strict=True):
+        if size > limit:
+            raise ValueError(f"{path}: the matrix has {size} {what}; twell holds at most "
+                             f"{limit}")
+
+
+def _values(dtype):
+    """The values of ``dtype`` in words."""
+    kinds = {"c": "complex numbers", "U": "text", "S": "bytes", "M": "dates",
+             "m": "durations", "O": "Python objects"}
+    if dtype.kind in kinds:
+        return f"the values are {kinds[dtype.kind]} (dtype {dtype})"
+    if dtype.kind == "V":
+        hint = (": NumPy writes bfloat16 so, which a twell file keeps" if dtype.itemsize == 2
+                else "")
+        return f"the values are raw {dtype.itemsize}-byte records (dtype {dtype.str}){hint}"
+    return f"the values have dtype {dtype}"
 
 
 def _is_zip(path):
@@ -459,8 +493,6 @@ def _check_mtx_lines(data, n, tables, path, header, found, line):
 
 
 def _read_npy(path):
-    from ._validation import value_dtype
-
     try:
         x = np.load(path, allow_pickle=False)
     except (ValueError, EOFError) as exc:
@@ -470,10 +502,6 @@ def _read_npy(path):
         raise ValueError(f"{path}: is an .npz archive, not a .npy array file")
     if x.ndim != 2:
         raise ValueError(f"{path}: the array must be 2-D (a matrix); got shape {x.shape}")
-    try:
-        value_dtype(x.dtype, "the array's dtype")
-    except TypeError as exc:
-        raise ValueError(f"{path}: {exc}") from None
     return x
 
 
