@@ -88,6 +88,14 @@ def make_inputs(folder):
     sp.save_npz(folder / "wide.npz", sp.csr_array((2, 2**31)))
     sp.save_npz(folder / "square.npz", sp.csr_array((2**20, 2**20)))
     np.save(folder / "text.npy", np.array([["a", "b"], ["c", "d"]]))
+    np.save(folder / "objects.npy", np.array([[{"a": 1}, None]], dtype=object),
+            allow_pickle=True)
+    full = (folder / "in.npy").read_bytes()
+    (folder / "truncated.npy").write_bytes(full[:-7])
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
+                                                  "shape": (2**20, 2**20)})
+    (folder / "claims.npy").write_bytes(header.getvalue() + bytes(64))  # 8 TiB, it says
     f = folder / "tampered.twell"
     twell.save(f, a)
     with np.load(f) as z:
@@ -211,6 +219,19 @@ ERRORS = {
     "bfloat16 npy": (("info", "bf16-raw.npy"), 1,
                      r"bf16-raw.npy: the values are raw 2-byte records \(dtype \|V2\)"),
     "text npy": (("info", "text.npy"), 1, r"text.npy: the values are text \(dtype <U1\)"),
+    # numpy's own message suggested loading the file "unsafely using allow_pickle=".
+    "text read as npy": (("info", "in.mtx", "--from", "npy"), 1,
+                         r"in.mtx: not a .npy file: it does not start with NumPy's magic "
+                         r"string \\x93NUMPY$"),
+    "objects in npy": (("info", "objects.npy"), 1,
+                       r"objects.npy: the values are Python objects \(dtype object\); twell "
+                       "holds real numbers"),
+    "truncated npy": (("info", "truncated.npy"), 1,
+                      r"truncated.npy: the file is truncated: its header describes 960 bytes "
+                      "of values and 953 follow it$"),
+    "npy claiming a huge array": (("info", "claims.npy"), 1,
+                                  r"claims.npy: the file is truncated: its header describes "
+                                  "8796093022208 bytes of values and 64 follow it$"),
     "complex npz": (("convert", "complex.npz", "complex-npz.twell"), 1,
                     r"complex.npz: the values are complex numbers \(dtype complex128\)"),
     "npz too wide": (("info", "wide.npz"), 1,

@@ -36,6 +36,7 @@ so pass a dtype to get float32 back.
 """
 
 import functools
+import math
 import os
 from typing import NamedTuple
 
@@ -118,23 +119,23 @@ def read(path, given=None):
                              "scipy.sparse .npz file (no field 'format')")
         fmt = "npz" if kind == "scipy" else "twell"  # twell.load explains any other problem
     x = _READERS[fmt](path)
-    _check_matrix(path, x)
+    _check_matrix(path, x.dtype, x.shape)
     return x, fmt
 
 
-def _check_matrix(path, x):
+def _check_matrix(path, dtype, shape):
     """What a file holds, in twell's terms: real values of a supported kind, and at most
     2**31 - 1 rows and columns. ValueError naming the file otherwise (the constructor would
     name its parameter ``x`` instead)."""
     from ._validation import value_dtype
 
     try:
-        value_dtype(x.dtype)
+        value_dtype(dtype)
     except TypeError:
-        raise ValueError(f"{path}: {_values(x.dtype)}; twell holds real numbers: float64, "
+        raise ValueError(f"{path}: {_values(dtype)}; twell holds real numbers: float64, "
                          "float32, float16 or bfloat16 (bool and integer values become "
                          "float64)") from None
-    for size, what, limit in zip(x.shape, ("rows", "columns"),
+    for size, what, limit in zip(shape, ("rows", "columns"),
                                  (_layout.MAX_ROWS, _layout.MAX_COLUMNS), strict=True):
         if size > limit:
             raise ValueError(f"{path}: the matrix has {size} {what}; twell holds at most "
@@ -493,16 +494,39 @@ def _check_mtx_lines(data, n, tables, path, header, found, line):
 
 
 def _read_npy(path):
-    try:
-        x = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError) as exc:
-        raise ValueError(f"{path}: not a valid .npy file ({exc})") from None
-    if not isinstance(x, np.ndarray):
-        x.close()
-        raise ValueError(f"{path}: is an .npz archive, not a .npy array file")
-    if x.ndim != 2:
-        raise ValueError(f"{path}: the array must be 2-D (a matrix); got shape {x.shape}")
-    return x
+    """A 2-D array from a .npy file, its header checked before anything is read or
+    allocated: the magic string, the header, no Python objects (nothing is unpickled), two
+    dimensions and exactly the bytes the header describes."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        start = f.read(len(fmt.MAGIC_PREFIX))
+        if start != fmt.MAGIC_PREFIX:
+            hint = " (a zip archive: an .npz file?)" if start.startswith(b"PK") else ""
+            raise ValueError(f"{path}: not a .npy file: it does not start with NumPy's magic "
+                             f"string \\x93NUMPY{hint}")
+        f.seek(0)
+        try:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+        except (ValueError, EOFError) as exc:
+            raise ValueError(f"{path}: not a valid .npy file: its header cannot be read "
+                             f"({exc})") from None
+        if len(shape) != 2:
+            raise ValueError(f"{path}: the array must be 2-D (a matrix); got shape {shape}")
+        _check_matrix(path, dtype, shape)  # objects (pickles) are refused here
+        described = math.prod(shape) * dtype.itemsize
+        held = os.fstat(f.fileno()).st_size - f.tell()
+        if held != described:
+            what = "the file is truncated" if held < described else "the file is too long"
+            raise ValueError(f"{path}: {what}: its header describes {described} bytes of "
+                             f"values and {held} follow it")
+        data = np.fromfile(f, dtype=dtype, count=math.prod(shape))
+    return data.reshape(shape, order="F" if fortran else "C")
 
 
 _READERS = {"mtx": _read_mtx, "npz": _read_npz, "npy": _read_npy, "twell": _read_twell}
