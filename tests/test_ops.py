@@ -1,6 +1,8 @@
 """TwELLMatrix operations and attributes (twell._twell): astype, scalar arithmetic, sum,
 transpose, repr, counters, get and copy. Oracles: scipy.sparse and float64 NumPy."""
 
+import decimal
+import fractions
 import re
 
 import numpy as np
@@ -188,6 +190,40 @@ def test_multiplication_by_non_scalars_is_a_type_error(backend, other):
         a * other
     with pytest.raises(TypeError):
         a / other
+
+
+_UNSUPPORTED_SCALARS = [
+    (fractions.Fraction(1, 3), "Fraction"), (decimal.Decimal("0.5"), "Decimal"),
+    (1j, "complex"), (True, "bool"), (np.bool_(True), "numpy.bool"), (object(), "object"),
+    (np.longdouble(2), "numpy.longdouble"), (np.complex64(1), "numpy.complex64"),
+    (np.array(2j), "numpy.ndarray of dtype complex128"),
+    (np.array(2.0, dtype=np.longdouble), f"numpy.ndarray of dtype {np.dtype(np.longdouble)}"),
+    ("2", "str"), (None, "NoneType"), (np.array([2.0]), "numpy.ndarray of shape (1,)"),
+]
+
+
+@pytest.mark.parametrize(("scalar", "kind"), _UNSUPPORTED_SCALARS,
+                         ids=[k for _, k in _UNSUPPORTED_SCALARS])
+def test_an_unsupported_scalar_is_one_clear_type_error(scalar, kind):
+    # Regression: A * Fraction(1, 3) said "dtype must be one of ... got dtype=object",
+    # naming neither the scalar nor what a scalar may be.
+    a = twell.TwELLMatrix(np.eye(3))
+    for symbol, op in (("*", lambda: a * scalar), ("*", lambda: scalar * a),
+                       ("/", lambda: a / scalar)):
+        with pytest.raises(TypeError) as info:
+            op()
+        message = str(info.value)
+        assert message.startswith(f"TwELLMatrix {symbol} x supports real scalars: int, float, "
+                                  "or a NumPy integer or float64, float32, float16 or bfloat16 "
+                                  "scalar or 0-d array; use @ for matrix products; got x of "
+                                  f"type {kind}"), message
+
+
+def test_a_python_int_past_float64_is_a_value_error():
+    a = twell.TwELLMatrix(np.eye(3))
+    with pytest.raises(ValueError, match=r"TwELLMatrix \* x: x=10\*\*400 is past the float64 "
+                                         r"range"):
+        a * 10**400
 
 
 # -- sum -------------------------------------------------------------------------------------

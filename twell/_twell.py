@@ -1,12 +1,11 @@
 """The TwELLMatrix container."""
 
-import numbers
-
 import numpy as np
 
 from . import _algorithms, _backend, _convert, _layout, _packed
 from ._algorithms import Parts
 from ._validation import (
+    SUPPORTED_DTYPES,
     bfloat16,
     check_shape,
     check_slots,
@@ -705,16 +704,21 @@ class TwELLMatrix:
 
     def _scalar_op(self, other, op, symbol):
         """``op(values, other)`` for a real scalar, computed in float64, NumPy's result dtype."""
-        if not _is_scalar(other):
+        kind = _scalar_kind(other)
+        if kind is None:
             raise TypeError(
-                f"TwELLMatrix {symbol} x supports real scalars only (elementwise); use @ for "
-                f"matrix products; got {type(other).__name__}"
+                f"TwELLMatrix {symbol} x supports real scalars: int, float, or a NumPy integer "
+                "or float64, float32, float16 or bfloat16 scalar or 0-d array; use @ for "
+                f"matrix products; got x of type {_type_name(other)}"
             )
         # Python int/float are weak (NEP 50): they keep the matrix dtype; NumPy scalars,
         # np.float64 included (a float subclass), promote like arrays.
-        dtype = self.dtype if type(other) in (int, float) else result_dtype(
-            self.dtype, np.asarray(other).dtype)
-        scalar = float(np.float64(other))  # a Python float: CuPy takes no NumPy 0-d arrays
+        dtype = self.dtype if kind == "python" else result_dtype(self.dtype, other.dtype)
+        try:
+            scalar = float(np.float64(other))  # a Python float: CuPy takes no NumPy 0-d arrays
+        except OverflowError:  # a Python int past the float64 range
+            raise ValueError(f"TwELLMatrix {symbol} x: x={_int_text(other)} is past the float64 "
+                             "range (about 1.8e308)") from None
         cast = _backend_of(self._xp).cast
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return self._map_values(lambda v: cast(op(cast(v, np.float64), scalar), dtype))
@@ -791,15 +795,39 @@ def _is_sparse(x):
     return sp.issparse(x) or _backend.is_cupyx_sparse(x)
 
 
-def _is_scalar(x):
-    """A real number: Python int/float, NumPy scalar or 0-d array (bool excluded)."""
+def _scalar_kind(x):
+    """``"python"`` for a Python int or float (bool excluded), ``"numpy"`` for a NumPy
+    integer or supported float scalar or 0-d array, None for anything else (complex,
+    Fraction, Decimal, long double, ...)."""
     if isinstance(x, (bool, np.bool_)):
-        return False
-    if isinstance(x, numbers.Real):
-        return True
-    if isinstance(x, (np.generic, np.ndarray)) and x.ndim == 0:
-        return x.dtype.kind in "iuf" or x.dtype == bfloat16
-    return False
+        return None
+    if isinstance(x, (np.generic, np.ndarray)):
+        if x.ndim != 0:
+            return None
+        supported = x.dtype.kind in "iu" or x.dtype.newbyteorder("=") in SUPPORTED_DTYPES
+        return "numpy" if supported else None
+    if isinstance(x, (int, float)):  # subclasses too (IntEnum, ...)
+        return "python"
+    return None
+
+
+def _type_name(x):
+    """``x``'s type as a user would name it: ``Fraction``, ``numpy.longdouble``,
+    ``numpy.ndarray of dtype complex128``."""
+    name = type(x).__name__
+    if isinstance(x, np.ndarray):
+        return f"numpy.ndarray of {'dtype ' + str(x.dtype) if x.ndim == 0 else f'shape {x.shape}'}"
+    if isinstance(x, np.generic):
+        return f"numpy.{name}"
+    return name
+
+
+def _int_text(n):
+    """A huge int as ``10**k`` when it is one, else its first digits."""
+    text = str(n)
+    if text.lstrip("-") == "1" + "0" * (len(text.lstrip("-")) - 1):
+        return f"{'-' if n < 0 else ''}10**{len(text.lstrip('-')) - 1}"
+    return f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
 
 
 def _matmul(a, b):
