@@ -194,11 +194,10 @@ def test_multiplication_by_non_scalars_is_a_type_error(backend, other):
 
 _UNSUPPORTED_SCALARS = [
     (fractions.Fraction(1, 3), "Fraction"), (decimal.Decimal("0.5"), "Decimal"),
-    (1j, "complex"), (True, "bool"), (np.bool_(True), "numpy.bool"), (object(), "object"),
+    (1j, "complex"), (True, "bool"), (np.bool_(True), "numpy.bool"),
     (np.longdouble(2), "numpy.longdouble"), (np.complex64(1), "numpy.complex64"),
     (np.array(2j), "numpy.ndarray of dtype complex128"),
     (np.array(2.0, dtype=np.longdouble), f"numpy.ndarray of dtype {np.dtype(np.longdouble)}"),
-    ("2", "str"), (None, "NoneType"), (np.array([2.0]), "numpy.ndarray of shape (1,)"),
 ]
 
 
@@ -217,6 +216,16 @@ def test_an_unsupported_scalar_is_one_clear_type_error(scalar, kind):
                                   "or a NumPy integer or float64, float32, float16 or bfloat16 "
                                   "scalar or 0-d array; use @ for matrix products; got x of "
                                   f"type {kind}"), message
+
+
+@pytest.mark.parametrize("other", [object(), "2", None, np.array([2.0]), [2.0]],
+                         ids=["object", "str", "None", "1-D array", "list"])
+def test_an_operand_that_is_no_number_points_to_matmul(other):
+    a = twell.TwELLMatrix(np.eye(3))
+    with pytest.raises(TypeError, match=re.escape(
+            "TwELLMatrix * x supports real scalars only (elementwise); use @ for matrix "
+            f"products; got {type(other).__name__}")):
+        a * other
 
 
 def test_a_python_int_past_float64_is_a_value_error():

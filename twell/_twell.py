@@ -1,5 +1,7 @@
 """The TwELLMatrix container."""
 
+import numbers
+
 import numpy as np
 
 from . import _algorithms, _backend, _convert, _layout, _packed
@@ -705,11 +707,16 @@ class TwELLMatrix:
     def _scalar_op(self, other, op, symbol):
         """``op(values, other)`` for a real scalar, computed in float64, NumPy's result dtype."""
         kind = _scalar_kind(other)
-        if kind is None:
+        if kind is None and _is_number(other):  # a number of a kind twell does not take
             raise TypeError(
                 f"TwELLMatrix {symbol} x supports real scalars: int, float, or a NumPy integer "
                 "or float64, float32, float16 or bfloat16 scalar or 0-d array; use @ for "
                 f"matrix products; got x of type {_type_name(other)}"
+            )
+        if kind is None:  # a matrix, an array, anything else
+            raise TypeError(
+                f"TwELLMatrix {symbol} x supports real scalars only (elementwise); use @ for "
+                f"matrix products; got {type(other).__name__}"
             )
         # Python int/float are weak (NEP 50): they keep the matrix dtype; NumPy scalars,
         # np.float64 included (a float subclass), promote like arrays.
@@ -811,12 +818,19 @@ def _scalar_kind(x):
     return None
 
 
+def _is_number(x):
+    """A scalar number of any kind: Python's (bool, complex, Fraction, Decimal, ...) or
+    NumPy's (scalars and 0-d arrays)."""
+    return isinstance(x, (numbers.Number, np.generic)) or (isinstance(x, np.ndarray)
+                                                          and x.ndim == 0)
+
+
 def _type_name(x):
     """``x``'s type as a user would name it: ``Fraction``, ``numpy.longdouble``,
     ``numpy.ndarray of dtype complex128``."""
     name = type(x).__name__
     if isinstance(x, np.ndarray):
-        return f"numpy.ndarray of {'dtype ' + str(x.dtype) if x.ndim == 0 else f'shape {x.shape}'}"
+        return f"numpy.ndarray of dtype {x.dtype}"
     if isinstance(x, np.generic):
         return f"numpy.{name}"
     return name
