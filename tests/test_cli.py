@@ -104,6 +104,7 @@ def make_inputs(folder):
     with open(f, "wb") as out:
         np.savez(out, **fields)
     (folder / "in.txt").write_bytes((folder / "in.mtx").read_bytes())
+    (folder / "folder.twell").mkdir()
 
 
 #: Matrix Market files that scipy.io.mmread (scipy 1.17) aborted, crashed or misread on, or
@@ -159,8 +160,22 @@ ERRORS = {
                        "--tile-width: must be between 1 and 65536; got 0"),
     "bad slots": (("info", "in.mtx", "--slots", "many"), 2,
                   '--slots: must be an int; got .many. .or "auto"'),
-    "slots above tile width": (("info", "in.mtx", "--tile-width", "4", "--slots", "5"), 1,
-                               "slots must be between 1 and tile_width=4; got slots=5"),
+    # A slot count above the tile width is a usage error (exit 2), wherever the width
+    # comes from: the option, the default or a twell file's own.
+    "slots above tile width": (("info", "in.mtx", "--tile-width", "4", "--slots", "5"), 2,
+                               "argument --slots: must be at most the tile width 4; got 5"),
+    "slots above the default tile width": (
+        ("info", "in.mtx", "--slots", "300"), 2,
+        r"twell info: error: argument --slots: must be at most the tile width 256 \(the "
+        r"default\); got 300 \(see 'twell info --help'\)$"),
+    "slots above a twell file's tile width": (
+        ("convert", "in.twell", "slots.twell", "--slots", "9"), 2,
+        r"argument --slots: must be at most the tile width 8 \(in.twell's\); got 9"),
+    "slots past every tile width": (("info", "in.mtx", "--slots", "70000"), 2,
+                                    "argument --slots: must be between 1 and 65536; got 70000"),
+    "output is a folder": (("convert", "in.npy", "folder.twell"), 1,
+                           "twell convert: error: folder.twell: cannot write the file: Is a "
+                           "directory$"),
     "bad dtype": (("convert", "in.mtx", "x.twell", "--dtype", "int8"), 2,
                   "--dtype: invalid choice: 'int8'"),
     "layout options for a non-twell output": (
@@ -564,6 +579,25 @@ def test_errors_are_one_line_and_an_exit_status(runs, key):
     lines = r.err.splitlines()
     assert len(lines) == 1, r.err
     assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_a_refused_write_names_the_output_not_the_temporary_file(folder, monkeypatch):
+    # Regression: a folder without write permission gave "[Errno 13] Permission denied:
+    # '.out.twell.<pid>.tmp'". (Tests may run as root, whom permissions do not stop: the
+    # refusal is simulated.)
+    real_open = open
+
+    def refuse(name, *args, **kwargs):
+        if str(name).endswith(".tmp"):
+            raise PermissionError(13, "Permission denied", str(name))
+        return real_open(name, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refuse)
+    r = _run_here(("convert", "in.npy", "refused.twell"), folder)
+    assert r.rc == 1
+    assert r.err == "twell convert: error: refused.twell: cannot write the file: Permission " \
+                    "denied\n", r.err
+    assert ".tmp" not in r.err
 
 
 def test_a_failed_conversion_leaves_no_file(runs, folder):

@@ -89,23 +89,37 @@ def _int_option(low, high=None):
 
 
 def _slots_option(text):
-    """argparse type of --slots: "auto" or an int >= 1."""
+    """argparse type of --slots: "auto" or an int in [1, 65536] (at most the tile width,
+    checked once that is known: :class:`_UsageError`)."""
     if text == "auto":
         return text
     try:
-        return _int_option(1)(text)
+        return _int_option(1, 65536)(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f'{exc} (or "auto")') from None
+
+
+class _UsageError(Exception):
+    """A bad option value found after parsing (exit status 2, like argparse's own)."""
+
+
+def _check_slots(slots, tile_width, source):
+    """A slot count above the tile width is a usage error; ``source`` says where the width
+    comes from (None: the --tile-width option)."""
+    if isinstance(slots, int) and slots > tile_width:
+        where = f" ({source})" if source else ""
+        raise _UsageError(f"argument --slots: must be at most the tile width {tile_width}{where}; "
+                          f"got {slots}")
 
 
 def _layout_options(p, what):
     p.add_argument("--tile-width", type=_int_option(1, 65536), metavar="T",
                    help=f"columns per tile {what} (default: a twell file's own, else 256)")
     p.add_argument("--slots", type=_slots_option, metavar="S",
-                   help='slots per (row, tile), an int or "auto" (default: a twell file\'s own, '
-                        'else "auto": the fewest that leave at most 1%% of the non-zeros in the '
-                        "overflow, but at most 4 times the count that 99%% of the non-empty "
-                        "(row, tile) pairs fit in)")
+                   help='slots per (row, tile), an int from 1 to the tile width or "auto" '
+                        '(default: a twell file\'s own, else "auto": the fewest that leave at '
+                        "most 1%% of the non-zeros in the overflow, but at most 4 times the "
+                        "count that 99%% of the non-empty (row, tile) pairs fit in)")
 
 
 def _from_option(p):
@@ -217,12 +231,22 @@ def main(argv=None):
         if extra and not getattr(args, "accepts_extra", False):
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.extra = extra
+        if getattr(args, "tile_width", None) is not None:
+            try:
+                _check_slots(args.slots, args.tile_width, None)
+            except _UsageError as exc:
+                args.parser.error(str(exc))
         if getattr(args, "check", None):
             args.check(args)  # checks across options: usage errors too
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     try:
         return args.func(args)
+    except _UsageError as exc:  # an option checked against the file (the tile width)
+        try:
+            args.parser.error(str(exc))
+        except SystemExit as done:
+            return done.code
     except BrokenPipeError:
         # The reader went away (``twell demo | head``): nothing to report.
         # Point stdout at /dev/null so the interpreter's final flush is quiet.
@@ -275,6 +299,7 @@ def _as_twell(path, src, tile_width, slots, dtype=None):
     is_twell = isinstance(src, twell.TwELLMatrix)
     if tile_width is None:
         tile_width = src.tile_width if is_twell else twell.DEFAULT_TILE_WIDTH
+        _check_slots(slots, tile_width, f"{path}'s" if is_twell else "the default")
     m, k = src.shape
     nt = _layout.n_tiles(k, tile_width)
     least = slots if isinstance(slots, int) else 1

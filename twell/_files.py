@@ -536,7 +536,8 @@ def write(path, fmt, a):
     """Write the TwELLMatrix ``a`` to ``path`` in format ``fmt``.
 
     The file is written under a temporary name in the same folder and then
-    renamed, so a failed write leaves no partial output.
+    renamed, so a failed write leaves no partial output; an OSError names
+    ``path``, not the temporary file.
 
     Returns
     -------
@@ -552,6 +553,13 @@ def write(path, fmt, a):
         with open(tmp, "wb") as f:
             written = _WRITERS[fmt](f, a)
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        # Named after the output: the temporary name means nothing to the user.
+        err = type(exc)(f"{path}: cannot write the file: {exc.strerror or exc}")
+        err.errno = exc.errno
+        raise err from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
