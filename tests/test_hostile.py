@@ -865,3 +865,54 @@ def test_a_big_endian_npy_file_through_the_command_line(tmp_path):
     got = twell.load(tmp_path / "out.twell")
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got.toarray(), x)
+
+
+# -- IEEE special values without a warning ---------------------------------------------------
+# NaN and Inf are entries like any other, and a cast past a dtype's range rounds to Inf: NumPy
+# warned about them from twell's own lines (casts, duplicate sums, products, row sums).
+# conftest.py makes any RuntimeWarning from a twell module an error for the whole suite; these
+# cases reach every such line, with the warnings of NumPy itself turned into errors too.
+
+_SPECIAL = np.array([[1e300, 0.0, -np.inf, np.inf, 0.0], [np.nan, 1.0, 0.0, -1e300, 5e-324],
+                     [6e4, 6e4, 0.0, 0.0, 3e38]])
+
+_QUIET_CASES = {
+    "astype float16 past its range": lambda a: a.astype(np.float16),
+    "constructor dtype float16": lambda a: twell.TwELLMatrix(_SPECIAL, dtype=np.float16),
+    "constructor from COO, duplicates that overflow": lambda a: twell.TwELLMatrix(
+        sp.coo_array((np.array([1e308, 1e308, np.inf, -np.inf]), (np.array([0, 0, 1, 1]),
+                                                                  np.array([0, 0, 2, 2]))),
+                     shape=(2, 3))),
+    "constructor from COO to float16": lambda a: twell.TwELLMatrix(
+        sp.coo_array(([6e4, 6e4], ([0, 0], [0, 0])), shape=(1, 1)), dtype=np.float16),
+    "ELLMatrix float16": lambda a: twell.ELLMatrix(_SPECIAL, dtype=np.float16),
+    "sum": lambda a: a.sum(),
+    "sum axis 0": lambda a: a.sum(axis=0),
+    "sum axis 1": lambda a: a.sum(axis=1),
+    "float16 sums past the range": lambda a: a.astype(np.float16).sum(axis=1),
+    "ELL sums": lambda a: twell.ELLMatrix(a).sum(axis=0),
+    "A @ B": lambda a: a @ np.ones(5),
+    "A @ B with Inf in B": lambda a: a @ np.array([np.inf, 0.0, 1.0, 1.0, -np.inf]),
+    "float32 A @ B past the range": lambda a: a.astype(np.float32) @ np.full(5, 3e38,
+                                                                             np.float32),
+    "float16 A @ B": lambda a: a.astype(np.float16) @ np.ones(5, np.float16),
+    "B @ A": lambda a: np.ones(3) @ a,
+    "A * s": lambda a: a * 1e300,
+    "A / 0": lambda a: a / 0,
+    "toarray, tocsr, transpose": lambda a: (a.toarray(), a.tocsr(), a.T),
+    "sparse_ffn past the range": lambda a: twell.sparse_ffn(
+        np.full((2, 4), 1e300), np.ones((3, 4)), np.ones((3, 4)), np.ones((4, 3))),
+    "sparse_ffn float16": lambda a: twell.sparse_ffn(
+        np.full((2, 4), 6e4, np.float16), np.ones((3, 4), np.float16),
+        np.ones((3, 4), np.float16), np.ones((4, 3), np.float16)),
+}
+
+
+@pytest.mark.parametrize("case", list(_QUIET_CASES))
+def test_special_values_raise_no_runtime_warning(case):
+    import warnings
+
+    a = twell.TwELLMatrix(_SPECIAL, tile_width=2, slots=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _QUIET_CASES[case](a)

@@ -270,11 +270,13 @@ def canonical_coo(rows, cols, vals, shape):
         # order as a sequential sum on every backend, so results are deterministic.
         acc = np.float64 if vals.dtype == np.float64 else np.float32
         total = vals.astype(acc)
-        for level in range(1, most + 1):
-            at = rank == level
-            total[first[at]] += total[at]
-        starts = rank == 0
-        key, vals = key[starts], total[starts].astype(vals.dtype)
+        # Inf + -Inf is NaN and a sum past the dtype's range Inf: values, not warnings.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for level in range(1, most + 1):
+                at = rank == level
+                total[first[at]] += total[at]
+            starts = rank == 0
+            key, vals = key[starts], total[starts].astype(vals.dtype)
     keep = is_nonzero(vals)
     key, vals = key[keep], vals[keep]
     if shape[1] == 0:
@@ -302,11 +304,12 @@ def segment_sums(indptr, values):
     length = (ends - starts)[segment]
     acc = values.astype(np.float64, copy=True)
     step = 1
-    while step < longest:
-        partner = xp.minimum(xp.arange(n, dtype=np.int64) + step, n - 1)
-        add = (rank % (2 * step) == 0) & (rank + step < length)
-        acc = xp.where(add, acc + acc[partner], acc)
-        step *= 2
+    with np.errstate(over="ignore", invalid="ignore"):  # Inf + -Inf is NaN, no warning
+        while step < longest:
+            partner = xp.minimum(xp.arange(n, dtype=np.int64) + step, n - 1)
+            add = (rank % (2 * step) == 0) & (rank + step < length)
+            acc = xp.where(add, acc + acc[partner], acc)
+            step *= 2
     return xp.where(ends > starts, acc[xp.minimum(starts, n - 1)], 0.0)
 
 

@@ -220,9 +220,10 @@ class ELLMatrix:
             _, cols, vals = self._coo()
             sums = _algorithms.column_sums(cols, be.cast(vals, np.float64), self.shape[1])
         else:
-            sums = be.cast(self.data, np.float64).sum(axis=1)
-            if axis is None:
-                return be.cast(sums.sum().reshape(1), self.dtype).reshape(())[()]
+            with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are entries
+                sums = be.cast(self.data, np.float64).sum(axis=1)
+                if axis is None:
+                    return be.cast(sums.sum().reshape(1), self.dtype).reshape(())[()]
         return be.cast(sums, self.dtype)
 
     def __matmul__(self, other):

@@ -784,11 +784,13 @@ class TwELLMatrix:
         else:
             m = self.shape[0]
             # CuPy's own casts flush float32 subnormals: the backend's cast keeps them.
-            sums = be.cast(p.data, np.float64).reshape(m, p.data.size // max(m, 1)).sum(axis=1)
-            sums += _algorithms.segment_sums(p.overflow_indptr,
-                                             be.cast(p.overflow_data, np.float64))
-            if axis is None:
-                return be.cast(sums.sum().reshape(1), self.dtype).reshape(())[()]
+            data = be.cast(p.data, np.float64).reshape(m, p.data.size // max(m, 1))
+            with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are entries
+                sums = data.sum(axis=1)
+                sums += _algorithms.segment_sums(p.overflow_indptr,
+                                                 be.cast(p.overflow_data, np.float64))
+                if axis is None:
+                    return be.cast(sums.sum().reshape(1), self.dtype).reshape(())[()]
         return be.cast(sums, self.dtype)
 
 
