@@ -916,3 +916,43 @@ def test_special_values_raise_no_runtime_warning(case):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         _QUIET_CASES[case](a)
+
+
+def test_a_scipy_npz_member_claiming_a_huge_array_is_refused_before_it_is_read(tmp_path):
+    # The command line reads scipy.sparse .npz files with scipy.sparse.load_npz, which reads
+    # every member whole: the same hole as twell.load's, guarded the same way.
+    x = sp.csr_array(np.eye(3, 10))
+    fields = {"data": x.data, "indices": x.indices, "indptr": x.indptr,
+              "format": np.array("csr"), "shape": np.array(x.shape)}
+    path = tmp_path / "bomb.npz"
+    path.write_bytes(_twell_file(fields, "data", (2**25,)).getvalue())  # 256 MiB of zeros
+    assert path.stat().st_size < 2**21
+    result, peak = _traced(lambda: _catch(lambda: _files.read(path)))
+    assert isinstance(result, ValueError), result
+    assert str(result) == (f"{path}: not a valid scipy.sparse .npz file (field 'data' holds "
+                           "33554432 values; a 3 x 10 matrix has room for at most 88)")
+    assert peak < 2**23, f"{peak / 2**20:.0f} MiB traced"
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the caller checks which
+        return exc
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"format": np.array("lil")}, r"Load is not implemented for sparse matrix of format lil"),
+    ({"format": np.array(7)}, r"not a valid scipy.sparse .npz file"),
+    ({"shape": np.array([3.0, 10.0])}, r"the field 'shape' must hold 2 integers"),
+], ids=["unknown format", "format not a string", "float shape"])
+def test_a_broken_scipy_npz_is_one_value_error_naming_the_file(tmp_path, fields, message):
+    # Before, an unknown format was scipy's NotImplementedError (a traceback on the command
+    # line) and a format that is not a string an AttributeError.
+    x = sp.csr_array(np.eye(3, 10))
+    base = {"data": x.data, "indices": x.indices, "indptr": x.indptr,
+            "format": np.array("csr"), "shape": np.array(x.shape)}
+    path = tmp_path / "broken.npz"
+    np.savez(path, **{**base, **fields})
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: .*{message}"):
+        _files.read(path)

@@ -168,8 +168,6 @@ def _read_twell(path):
 
 
 def _read_npz(path):
-    import zipfile
-
     import scipy.sparse as sp
 
     from . import _io
@@ -177,11 +175,75 @@ def _read_npz(path):
     if _io.npz_kind(path) == "twell":
         raise ValueError(f"{path}: is a twell file, not a scipy.sparse .npz file "
                          "(read it as twell)")
+    _check_npz_members(path)
     try:
         return sp.load_npz(path)  # numpy.load(allow_pickle=False) inside
-    except (ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+    except OSError:
+        raise
+    except Exception as exc:  # a damaged archive fails in many ways (see _io._Fields)
         detail = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(f"{path}: not a valid scipy.sparse .npz file ({detail})") from None
+
+
+def _check_npz_members(path):
+    """Check the members of a scipy.sparse .npz archive before scipy reads them.
+
+    Every member's ``.npy`` header is read first (no objects, exactly the bytes it
+    describes), the ``shape`` field read, and no array may hold more values than
+    ``2 * (M + 1) * (K + 1)`` (every format's arrays fit in that): scipy reads every
+    member whole, so a small compressed member claiming gigabytes would be decompressed
+    and allocated before any check (as ``twell._io`` guards ``twell.load``).
+    """
+    import zipfile
+
+    def invalid(problem):
+        return ValueError(f"{path}: not a valid scipy.sparse .npz file ({problem})")
+
+    headers = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for member in z.namelist():
+                with z.open(member) as fp:
+                    version = np.lib.format.read_magic(fp)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+                    else:
+                        raise ValueError(f"unsupported .npy format version {version}")
+                    start = fp.tell()
+                    name = member.removesuffix(".npy")
+                    if dtype.hasobject:
+                        raise invalid(f"field {name!r} holds Python objects")
+                    size = math.prod(shape) * dtype.itemsize
+                    if z.getinfo(member).file_size != start + size:
+                        raise invalid(f"field {name!r} does not hold the bytes its header "
+                                      "describes")
+                    if name == "shape" and shape == (2,) and dtype.kind in "iu":
+                        value = np.frombuffer(fp.read(size), dtype=dtype)  # 16 bytes
+                    headers[name] = shape, dtype
+    except ValueError as exc:
+        if str(exc).startswith(f"{path}: "):
+            raise
+        raise invalid(str(exc)) from None
+    except OSError:
+        raise
+    except Exception as exc:  # BadZipFile, zlib.error, EOFError, ... (see _io._Fields)
+        raise invalid(f"{type(exc).__name__}: {exc}") from None
+    if "shape" not in headers:
+        raise invalid("no field 'shape'")
+    if headers["shape"][0] != (2,) or headers["shape"][1].kind not in "iu":
+        raise invalid(f"the field 'shape' must hold 2 integers; got {headers['shape']}")
+    m, k = (int(v) for v in value)
+    if m < 0 or k < 0:
+        raise invalid(f"the field 'shape' holds a negative size: {(m, k)}")
+    room = 2 * (m + 1) * (k + 1)
+    for name, (shape, dtype) in headers.items():
+        if dtype.kind in "US" and dtype.itemsize > 256:
+            raise invalid(f"field {name!r} holds a string of dtype {dtype}")
+        if math.prod(shape) > room:
+            raise invalid(f"field {name!r} holds {math.prod(shape)} values; a {m} x {k} "
+                          f"matrix has room for at most {room}")
 
 
 def _read_mtx(path):
