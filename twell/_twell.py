@@ -779,8 +779,9 @@ class TwELLMatrix:
             cols = xp.concatenate([
                 (pair % max(self.n_tiles, 1)) * self.tile_width
                 + p.indices.reshape(-1, s)[pair, slot], p.overflow_indices.astype(np.int64)])
-            vals = xp.concatenate([p.data.reshape(-1, s)[pair, slot], p.overflow_data])
-            sums = _algorithms.column_sums(cols, be.cast(vals, np.float64), self.shape[1])
+            vals = xp.concatenate([be.cast(p.data.reshape(-1, s)[pair, slot], np.float64),
+                                   be.cast(p.overflow_data, np.float64)])
+            sums = _algorithms.column_sums(cols, vals, self.shape[1])
         else:
             m = self.shape[0]
             # CuPy's own casts flush float32 subnormals: the backend's cast keeps them.
