@@ -186,9 +186,11 @@ def load(path):
         When the file is not a twell file, is truncated or corrupted (zip
         structure, CRC-32), was written by a newer format version, lacks a
         field or has an unknown one, holds a field of the wrong dtype or
-        shape or a pickled object, or when the matrix breaks an invariant
-        (for example a count above the slot count). The message starts with
-        the file name and names the problem.
+        shape (checked from its ``.npy`` header before its data is read: a
+        member that claims more than the file's fields imply is never read)
+        or a pickled object, or when the matrix breaks an invariant (for
+        example a count above the slot count). The message starts with the
+        file name and names the problem.
 
     See Also
     --------
