@@ -89,10 +89,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "thread_unsafe: scipy's mark (tests/test_scipy_suite.py)")
     config.addinivalue_line("markers", "fail_slow: scipy's mark (tests/test_scipy_suite.py)")
     # NaN, Inf and overflowing casts are inputs on purpose here: NumPy's warnings about them
-    # (from the oracles and from twell alike) are noise, not findings.
+    # from the oracles are noise, not findings. From twell's own lines they are findings: a
+    # user's IEEE special values are entries like any other, and twell computes with them
+    # without a word (the last matching filter wins).
     for message in ("overflow encountered", "invalid value encountered",
                     "divide by zero encountered"):
         config.addinivalue_line("filterwarnings", f"ignore:{message}:RuntimeWarning")
+    config.addinivalue_line("filterwarnings", "error::RuntimeWarning:twell")
 
 
 def _shard():

@@ -5,6 +5,9 @@ public storage arrays with plain NumPy, and sparse references come from
 scipy.sparse.
 """
 
+import os
+import pickle
+import re
 import subprocess
 import sys
 
@@ -304,3 +307,109 @@ def editable(a):
     out = twell.TwELLMatrix.__new__(twell.TwELLMatrix)
     out._set(arrays, a.shape, a.tile_width, shared=True)  # unchecked, as the test wants
     return out
+
+
+# -- Matrix Market, read line by line -------------------------------------------
+
+_MTX_NUMBER = re.compile(rb"-?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:nan|inf|infinity))")
+_MTX_INTEGER = re.compile(rb"-?\d+")
+_MTX_INDEX = re.compile(rb"\d+")
+
+
+def read_matrix_market(text):
+    """The shape and the entries ``{(row, column): value}`` (duplicates summed, symmetric
+    entries mirrored) of a Matrix Market file, or ValueError where it breaks the format.
+
+    An oracle independent of twell and scipy: a line-by-line Python reading of the format
+    as twell documents it (real, integer and pattern fields; every number well formed, with
+    no "+" before it, which scipy's parser refuses; the
+    numbers a line holds and the lines the size line declares).
+    """
+    lines = text.split(b"\n")
+    banner = lines[0].split()
+    if len(banner) != 5 or banner[0] != b"%%MatrixMarket" or lines[0][:1] != b"%":
+        raise ValueError("banner")
+    obj, fmt, field, symmetry = (w.lower().decode("latin-1") for w in banner[1:])
+    if (obj != "matrix" or fmt not in ("coordinate", "array")
+            or field not in ("real", "double", "integer", "unsigned-integer", "pattern")
+            or symmetry not in ("general", "symmetric", "skew-symmetric", "hermitian")
+            or (field == "pattern" and (fmt == "array" or symmetry in ("skew-symmetric",
+                                                                       "hermitian")))):
+        raise ValueError("banner words")
+    i = 1
+    while i < len(lines) and (lines[i].startswith(b"%") or not lines[i].strip()):
+        i += 1
+    if i == len(lines):
+        raise ValueError("no size line")
+    size = lines[i].split()
+    if len(size) != (3 if fmt == "coordinate" else 2) or not all(
+            _MTX_INDEX.fullmatch(w) for w in size):
+        raise ValueError("size line")
+    m, k = int(size[0]), int(size[1])
+    if m > 2**31 - 1 or k > 2**31 - 1 or (symmetry != "general" and m != k):
+        raise ValueError("sizes")
+    rows = [line.split() for line in lines[i + 1:] if line.strip()]
+    value = _MTX_INTEGER if field in ("integer", "unsigned-integer") else _MTX_NUMBER
+
+    def number(token):
+        if not value.fullmatch(token):
+            raise ValueError(f"number {token!r}")
+        if value is _MTX_INTEGER and not -2**63 <= int(token) < 2**63:
+            raise ValueError("integer out of range")
+        return float(token)
+
+    if fmt == "coordinate":
+        stored = []
+        if len(rows) != int(size[2]):
+            raise ValueError("entry count")
+        for row in rows:
+            if len(row) != (2 if field == "pattern" else 3):
+                raise ValueError("numbers on a line")
+            if not all(_MTX_INDEX.fullmatch(t) for t in row[:2]):
+                raise ValueError("index")
+            r, c = int(row[0]) - 1, int(row[1]) - 1
+            if not (0 <= r < m and 0 <= c < k):
+                raise ValueError("index out of range")
+            if symmetry == "skew-symmetric" and r == c:
+                raise ValueError("an entry on the diagonal of a skew-symmetric matrix")
+            stored.append((r, c, 1.0 if field == "pattern" else number(row[2])))
+    else:
+        if symmetry == "general":
+            places = [(r, c) for c in range(k) for r in range(m)]
+        else:
+            places = [(r, c) for c in range(m) for r in range(c + (symmetry == "skew-symmetric"),
+                                                              m)]
+        if len(rows) != len(places) or any(len(row) != 1 for row in rows):
+            raise ValueError("values")
+        stored = [(r, c, number(row[0])) for (r, c), row in zip(places, rows, strict=True)]
+    entries = {}
+    for r, c, v in stored:
+        entries[r, c] = entries.get((r, c), 0.0) + v
+        if symmetry != "general" and r != c:
+            entries[c, r] = entries.get((c, r), 0.0) + (-v if symmetry == "skew-symmetric"
+                                                        else v)
+    return (m, k), entries
+
+
+def in_child(fn, *args):
+    """``fn(*args)`` in a forked child process: ``("returned", value)``, ``("raised",
+    exception)``, or ``("died", status)`` when the child ended without reporting (an abort,
+    a crash), so that a crash fails one test instead of ending the test run."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read)
+        try:
+            try:
+                report = ("returned", fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - every outcome goes to the parent
+                report = ("raised", exc)
+            with os.fdopen(write, "wb") as out:
+                pickle.dump(report, out)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as src:
+        data = src.read()
+    _, status = os.waitpid(pid, 0)
+    return pickle.loads(data) if data else ("died", status)

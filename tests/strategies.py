@@ -334,3 +334,200 @@ def edge_examples(argname="case", finite=False, min_rows=0, max_cols=MAX_COLS, d
         return test
 
     return decorate
+
+
+# -- Matrix Market text, well formed and broken ---------------------------------
+
+#: Numbers as Matrix Market writers spell them (real field).
+MTX_REALS = ("1.5", "-2", "0.25", "3e-2", "-1E+3", "1.", ".5", "-.5", "nan", "-inf", "Infinity",
+             "1e400", "5e-324", "0")
+
+#: What a broken file may hold where a number belongs, or between lines.
+MTX_JUNK = (b"\x00", b"\xff", b"\x01", b"abc", b"0x10", b"1e", b"1.5.3", b"--1", b"+", b".",
+            b"1e5e", b"%", b"%%MatrixMarket matrix coordinate real general", b"\r", b"\t\t",
+            b"\n", b"\n\n", b"1 1 1", b"99999999999999999999", b"-1", b"nan5", b"infinit",
+            b"e5", b"1_000", b"\xef\xbb\xbf", b" " * 3, b"+4")
+
+#: Size lines of a broken header: declared sizes past every limit, missing or extra numbers.
+MTX_SIZE_LINES = (b"0 0 0", b"2147483648 2 1", b"2 2147483648 1", b"3 3 1000000000000",
+                  b"3 3 -1", b"3 3", b"3 3 1 1", b"3.0 3 1", b"99999999999999999999 1 1",
+                  b"0 5", b"5 0", b"", b"x y z", b"2 2 0")
+
+
+class MtxCase(NamedTuple):
+    """A Matrix Market file's bytes and how it was made (``broken``: bytes changed after
+    a well-formed file was written)."""
+
+    text: bytes
+    broken: bool
+    label: str
+
+
+@st.composite
+def matrix_market_files(draw, max_size=6):
+    """Matrix Market files: well formed (coordinate or array; real, integer or pattern;
+    general, symmetric or skew-symmetric; comments, blank lines, tabs, CRLF line ends, a
+    last line without its line end, duplicates), then, in most examples, broken a few
+    times: a byte replaced, a span deleted, junk inserted, the file cut short, the size line
+    or the banner replaced.
+    """
+    fmt = draw(st.sampled_from(["coordinate", "array"]))
+    field = draw(st.sampled_from(["real", "integer", "pattern"] if fmt == "coordinate"
+                                 else ["real", "integer"]))
+    symmetry = draw(st.sampled_from(["general", "symmetric"] if field == "pattern"
+                                    else ["general", "symmetric", "skew-symmetric"]))
+    m = draw(st.integers(0, max_size))
+    k = m if symmetry != "general" else draw(st.integers(0, max_size))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def number():
+        if field == "integer":
+            return str(int(rng.integers(-9, 10)))
+        return str(rng.choice(MTX_REALS))
+
+    if fmt == "coordinate":
+        if symmetry == "general":
+            pairs = [(i, j) for i in range(m) for j in range(k)]
+        else:
+            pairs = [(i, j) for i in range(m) for j in range(i + (symmetry != "symmetric"))]
+        n = int(rng.integers(0, len(pairs) + 1)) if pairs else 0
+        chosen = [pairs[p] for p in rng.choice(len(pairs), n)] if n else []  # repeats: summed
+        lines = [f"{i + 1} {j + 1}" + ("" if field == "pattern" else f" {number()}")
+                 for i, j in chosen]
+        size = f"{m} {k} {len(lines)}"
+    else:
+        if symmetry == "general":
+            count = m * k
+        else:
+            count = m * (m + 1) // 2 if symmetry == "symmetric" else m * (m - 1) // 2
+        lines = [number() for _ in range(count)]
+        size = f"{m} {k}"
+    sep = str(rng.choice([" ", "  ", "\t"]))
+    lines = [line.replace(" ", sep) for line in lines]
+    head = [f"%%MatrixMarket matrix {fmt} {field} {symmetry}"]
+    head += ["% a comment: é, %, 1 2 3"] * int(rng.integers(0, 3))
+    body = [size] + lines + [""] * int(rng.integers(0, 2))
+    end = str(rng.choice(["\n", "\r\n"]))
+    text = (end.join(head + body) + (end if rng.random() < 0.8 else "")).encode()
+
+    labels = []
+    for _ in range(draw(st.sampled_from([0, 1, 1, 2, 3]))):
+        how = draw(st.sampled_from(["byte", "delete", "insert", "cut", "size", "banner"]))
+        at = draw(st.integers(0, max(len(text) - 1, 0)))
+        if how == "byte" and text:
+            value = draw(st.sampled_from([0, 1, 0xFF, ord("x"), ord("."), ord("e"), ord("-"),
+                                          ord(" "), ord("\n"), ord("9"), ord("%")]))
+            text = text[:at] + bytes([value]) + text[at + 1:]
+        elif how == "delete":
+            text = text[:at] + text[at + draw(st.integers(1, 8)):]
+        elif how == "insert":
+            text = text[:at] + draw(st.sampled_from(MTX_JUNK)) + text[at:]
+        elif how == "cut":
+            text = text[:at]
+        elif how == "size":
+            lines_ = text.split(b"\n")
+            where = next((i for i, s in enumerate(lines_) if i and not s.startswith(b"%")), 1)
+            lines_[min(where, len(lines_) - 1)] = draw(st.sampled_from(MTX_SIZE_LINES))
+            text = b"\n".join(lines_)
+        else:
+            words = draw(st.sampled_from([b"vector coordinate real general",
+                                          b"matrix coordinate complex general",
+                                          b"matrix coordinate real hermitian",
+                                          b"matrix array pattern general", b"matrix coordinate",
+                                          b"matrix sparse real general", b"MATRIX ARRAY REAL "
+                                          b"GENERAL extra"]))
+            text = b"%%MatrixMarket " + words + text[text.find(b"\n"):] if b"\n" in text \
+                else text
+        labels.append(how)
+    return MtxCase(text, bool(labels), f"{fmt} {field} {symmetry}, {m}x{k}"
+                   + (f", broken: {', '.join(labels)}" if labels else ""))
+
+
+# -- twell files whose members claim other sizes ---------------------------------
+
+#: The storage arrays of a twell file, by class.
+TWELL_MEMBERS = ("counts", "data", "indices", "overflow_indptr", "overflow_indices",
+                 "overflow_data")
+ELL_MEMBERS = ("data", "indices")
+
+
+class MemberClaim(NamedTuple):
+    """A rewrite of one member of a twell file: its .npy header claims ``shape`` (computed
+    from the true one by ``how``), followed by ``payload`` bytes of zeros (None: exactly
+    what the header describes)."""
+
+    member: str
+    how: str
+    factor: int
+    payload: object
+
+
+#: How a member's claimed shape is made from its true shape.
+CLAIMS = ("first dimension times factor", "last dimension times factor", "an extra dimension",
+          "no dimensions", "a zero dimension", "the true shape")
+
+
+def member_claims(members=TWELL_MEMBERS):
+    """What one member of a twell file claims: another shape (up to 2**40 times the true
+    size), then as many bytes as it describes (a small claim), a few, or none."""
+    return st.builds(MemberClaim, st.sampled_from(members), st.sampled_from(CLAIMS),
+                     st.sampled_from([2, 3, 1000, 2**20, 2**40]),
+                     st.sampled_from([None, 0, 7, 4096]))
+
+
+def claimed_shape(shape, claim):
+    """The shape a :class:`MemberClaim` makes of a member's ``shape``."""
+    shape = tuple(shape)
+    if claim.how == "first dimension times factor" and shape:
+        return (max(shape[0], 1) * claim.factor,) + shape[1:]
+    if claim.how == "last dimension times factor" and shape:
+        return shape[:-1] + (max(shape[-1], 1) * claim.factor,)
+    if claim.how == "an extra dimension":
+        return shape + (claim.factor,)
+    if claim.how == "no dimensions":
+        return ()
+    if claim.how == "a zero dimension" and shape:
+        return (0,) + shape[1:]
+    return shape
+
+
+# -- matrices of huge dimensions and few entries -------------------------------
+
+class WideCase(NamedTuple):
+    """A matrix of few entries and up to 2**31 - 1 columns, with a tile width that keeps its
+    storage small: COO triplets, shape and tile width."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    shape: tuple
+    tile_width: int
+
+
+@st.composite
+def wide_cases(draw, max_rows=3):
+    """Few entries in a matrix of 2**20 to 2**31 - 1 columns (tile widths 16384 and 65536,
+    so that a row stores 32768 counts at most); columns near 0, near K - 1 or anywhere."""
+    k = draw(st.sampled_from([2**20, 2**20 + 1, 2**31 - 1, 2**31 - 2]) | st.integers(2**20,
+                                                                                      2**31 - 1))
+    m = draw(st.integers(0, max_rows))
+    t = draw(st.sampled_from([16384, 65536]))
+    n = draw(st.integers(0, 6)) if m else 0
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    cols = np.concatenate([[0, 1, k - 2, k - 1], rng.integers(0, k, 4)])[rng.integers(0, 8, n)]
+    rows = rng.integers(0, max(m, 1), n)
+    return WideCase(rows, cols, _values(rng, n, "finite", 0.0), (m, k), t)
+
+
+# -- byte orders -------------------------------------------------------------------
+
+def byte_orders():
+    """A byte order for ``dtype.newbyteorder``: native, little- or big-endian (one of the
+    last two is not native, whatever the machine)."""
+    return st.sampled_from(["=", "<", ">"])
+
+
+def in_byte_order(a, order):
+    """``a`` (NumPy) with the same values in byte order ``order`` (a 1-byte dtype is
+    unchanged: it has no order)."""
+    return a.astype(a.dtype.newbyteorder(order))

@@ -28,3 +28,37 @@ def test_count_sorted_is_bincount_of_sorted_keys(backend, keys, extra):
     got = _algorithms.count_sorted(backend.asarray(keys), size)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(backend.to_host(got), want)
+
+
+def _pairwise(values):
+    """The pairwise sum segment_sums promises, written as a recursion."""
+    if len(values) == 0:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    half = 1 << (len(values) - 1).bit_length() - 1  # the largest power of two below len
+    return _pairwise(values[:half]) + _pairwise(values[half:])
+
+
+@given(st.lists(st.integers(0, 40), max_size=30), st.integers(0, 2**32 - 1))
+def test_segment_sums_add_each_segment_pairwise(backend, lengths, seed):
+    # Values of every magnitude and sign (and NaN, Inf now and then): the order of the
+    # additions shows in the bits, so the reference fixes it (Python floats, no NumPy).
+    rng = np.random.default_rng(seed)
+    lengths = np.array(lengths, dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = rng.standard_normal(int(indptr[-1])) * 10.0 ** rng.integers(-8, 9, int(indptr[-1]))
+    values[rng.random(values.size) < 0.02] = rng.choice([np.nan, np.inf, -np.inf])
+    want = [_pairwise(values[a:b].tolist()) for a, b in zip(indptr[:-1], indptr[1:], strict=True)]
+    got = _algorithms.segment_sums(backend.asarray(indptr), backend.asarray(values))
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(backend.to_host(got), np.array(want, dtype=np.float64))
+
+
+@given(st.lists(st.integers(0, 9), max_size=40), st.integers(1, 12))
+def test_column_sums_add_each_column_in_the_order_of_its_entries(backend, cols, n_cols):
+    cols = np.array(cols, dtype=np.int64) % n_cols
+    values = np.arange(1.0, cols.size + 1) ** 3 / 7  # the order of additions shows in the bits
+    want = [_pairwise(values[cols == c].tolist()) for c in range(n_cols)]
+    got = _algorithms.column_sums(backend.asarray(cols), backend.asarray(values), n_cols)
+    np.testing.assert_array_equal(backend.to_host(got), np.array(want, dtype=np.float64))

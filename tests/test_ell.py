@@ -8,6 +8,7 @@ from helpers import (
     F16,
     F64,
     MATMUL_RTOL,
+    SUM_RTOL,
     assert_csr_equal,
     assert_dense_equal,
     canonical_csr,
@@ -173,3 +174,29 @@ def test_ell_empty_shapes(backend):
         e = twell.ELLMatrix(backend.asarray(np.zeros(shape)))
         assert e.width == 0 and e.shape == shape and e.nnz == 0
         assert backend.to_host(e.toarray()).shape == shape
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1, -2], ids=lambda v: f"axis={v}")
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=cases(values="finite", max_cols=300))
+@edge_examples(finite=True, max_cols=300)
+def test_ell_sum_like_scipy(backend, dtype, axis, case):
+    x = cast(case.dense, dtype)
+    e = twell.ELLMatrix(backend.asarray(x), width=None)
+    want = np.asarray(sp.csr_array(x.astype(np.float64)).sum(axis=axis))
+    got = e.sum(axis=axis)
+    if axis is not None:
+        assert backend.is_native(got)
+    got = np.asarray(backend.to_host(got))
+    m, k = x.shape
+    assert got.dtype == dtype
+    assert got.shape == {None: (), 0: (k,), -2: (k,), 1: (m,), -1: (m,)}[axis]
+    assert rel_err(got, cast(want, dtype)) <= SUM_RTOL[dtype]
+
+
+@pytest.mark.parametrize(("axis", "error"), [(2, ValueError), (-3, ValueError),
+                                             ("rows", TypeError)])
+def test_ell_sum_rejects_bad_axes(axis, error):
+    # scipy's errors: an axis out of range is a ValueError, one of the wrong kind a TypeError.
+    with pytest.raises(error, match="axis"):
+        twell.ELLMatrix(np.eye(2)).sum(axis=axis)

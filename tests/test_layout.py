@@ -1,6 +1,7 @@
 """twell._layout: tile arithmetic, packed-layout constants and ``slots="auto"``."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -44,17 +45,78 @@ def test_public_constants():
     assert twell.AUTO_MAX_FACTOR == 4
 
 
+def _widest(hist, tile_width):
+    """A tile width that the histogram fits: at least its largest count."""
+    occupied = np.flatnonzero(hist)
+    return max(tile_width, int(occupied[-1]) if occupied.size else 1)
+
+
 @given(hist=histograms(), tile_width=st.integers(1, 300),
        fraction=st.sampled_from([0.0, 0.001, 0.01, 0.1, 0.5, 1.0]),
        max_factor=st.sampled_from([None, 1, 2, 4, 2.5, 100]))
 def test_auto_slots_matches_its_definition(hist, tile_width, fraction, max_factor):
+    tile_width = _widest(hist, tile_width)
     assert _layout.auto_slots(np.array(hist), tile_width, fraction, max_factor) == \
         brute_auto_slots(hist, tile_width, fraction, max_factor)
 
 
 @given(hist=histograms(), tile_width=st.integers(1, 300))
 def test_auto_slots_default_fraction(hist, tile_width):
+    tile_width = _widest(hist, tile_width)
     assert twell.auto_slots(np.array(hist), tile_width) == brute_auto_slots(hist, tile_width)
+
+
+@pytest.mark.parametrize(("tile_width", "error", "message"), [
+    (0, ValueError, "tile_width must be between 1 and 65536; got tile_width=0"),
+    (-3, ValueError, "tile_width must be between 1 and 65536; got tile_width=-3"),
+    (65537, ValueError, "tile_width must be between 1 and 65536; got tile_width=65537"),
+    (2.0, TypeError, "tile_width must be an int; got tile_width=2.0"),
+    (True, TypeError, "tile_width must be an int; got tile_width=True"),
+    ("8", TypeError, "tile_width must be an int; got tile_width='8'"),
+], ids=["0", "-3", "65537", "float", "bool", "str"])
+def test_auto_slots_refuses_a_bad_tile_width(tile_width, error, message):
+    # Regression: a tile width of 0 or -3 came back as the slot count, 0 or -3.
+    with pytest.raises(error, match=re.escape(message)):
+        twell.auto_slots(np.array([0, 5, 3]), tile_width)
+
+
+@pytest.mark.parametrize(("hist", "error", "message"), [
+    (np.array([-1, 5]), ValueError,
+     "tile_counts_histogram must hold non-negative counts; got tile_counts_histogram[0]=-1"),
+    (np.array([1.5, 2.0]), TypeError,
+     "tile_counts_histogram must hold integers; got dtype float64"),
+    ([0, 1.0], TypeError, "tile_counts_histogram must hold integers; got dtype float64"),
+    (np.array([True, False]), TypeError,
+     "tile_counts_histogram must hold integers; got dtype bool"),
+    (np.array(["1", "2"]), TypeError, "tile_counts_histogram must hold integers; got dtype <U1"),
+    (np.zeros((2, 3), dtype=int), ValueError,
+     "tile_counts_histogram must be 1-D; got shape (2, 3)"),
+    (np.array(7), ValueError, "tile_counts_histogram must be 1-D; got shape ()"),
+    (np.array([0, 0, 0, 0, 0, 50]), ValueError,
+     "tile_counts_histogram[c] must be 0 for c > tile_width=4 (a (row, tile) pair holds at most "
+     "4 non-zeros); got tile_counts_histogram[5]=50"),
+    (np.array([0, 2**64 - 1], dtype=np.uint64), ValueError,
+     "tile_counts_histogram must hold counts below 2**63; got tile_counts_histogram[1]="
+     "18446744073709551615"),
+], ids=["negative", "floats", "float list", "bool", "str", "2-D", "0-d", "past the tile width",
+        "uint64"])
+def test_auto_slots_refuses_a_bad_histogram(hist, error, message):
+    # Regression: negative and float histograms were taken.
+    with pytest.raises(error, match=re.escape(message)):
+        twell.auto_slots(hist, 4)
+
+
+@pytest.mark.parametrize("fraction", ["0.01", None, 1j, True])
+def test_auto_slots_refuses_a_fraction_of_the_wrong_kind(fraction):
+    with pytest.raises(TypeError, match=re.escape(f"fraction must be a real number; got "
+                                                  f"fraction={fraction!r}")):
+        twell.auto_slots(np.array([0, 5]), 4, fraction)
+
+
+def test_auto_slots_takes_trailing_empty_bins_and_lists():
+    assert twell.auto_slots([0, 4, 0, 0, 0, 0, 0, 0], 4) == 1
+    assert twell.auto_slots(np.array([], dtype=np.int64), 4) == 1
+    assert type(twell.auto_slots(np.array([0, 3], dtype=np.uint8), np.int64(4))) is int
 
 
 @given(hist=histograms(), tile_width=st.integers(1, 300))
@@ -85,7 +147,7 @@ def test_auto_slots_refuses_a_factor_below_one(max_factor):
     pytest.param([7], 256, 1, id="no-nonzeros"),
     pytest.param([0, 100], 256, 1, id="all-ones"),
     pytest.param([0, 0, 0, 0, 50], 256, 4, id="all-fours"),
-    pytest.param([0, 0, 0, 0, 50], 3, 3, id="capped-by-tile-width"),
+    pytest.param([0, 0, 0, 0, 50], 4, 4, id="full-tiles"),
     # 99 tiles of 1 and one of 40: nnz 139, budget 1.39; slots=39 would leave 1 entry
     # over, but 99% of the non-empty tiles hold 1: the cap is 4 (36 entries over).
     pytest.param([0, 99] + [0] * 38 + [1], 256, 4, id="one-outlier"),

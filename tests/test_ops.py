@@ -1,6 +1,8 @@
 """TwELLMatrix operations and attributes (twell._twell): astype, scalar arithmetic, sum,
 transpose, repr, counters, get and copy. Oracles: scipy.sparse and float64 NumPy."""
 
+import decimal
+import fractions
 import re
 
 import numpy as np
@@ -191,6 +193,47 @@ def test_multiplication_by_non_numbers_is_a_type_error(backend, other):
         a * other
     with pytest.raises(TypeError):
         a / other
+
+
+_UNSUPPORTED_SCALARS = [
+    (fractions.Fraction(1, 3), "Fraction"), (decimal.Decimal("0.5"), "Decimal"),
+    (1j, "complex"), (np.longdouble(2), "numpy.longdouble"), (np.complex64(1), "numpy.complex64"),
+    (np.array(2j), "numpy.ndarray of dtype complex128"),
+    (np.array(2.0, dtype=np.longdouble), f"numpy.ndarray of dtype {np.dtype(np.longdouble)}"),
+]
+
+
+@pytest.mark.parametrize(("scalar", "kind"), _UNSUPPORTED_SCALARS,
+                         ids=[k for _, k in _UNSUPPORTED_SCALARS])
+def test_an_unsupported_scalar_is_one_clear_type_error(scalar, kind):
+    # Regression: A * Fraction(1, 3) said "dtype must be one of ... got dtype=object",
+    # naming neither the scalar nor what a scalar may be.
+    a = twell.TwELLMatrix(np.eye(3))
+    for symbol, op in (("*", lambda: a * scalar), ("*", lambda: scalar * a),
+                       ("/", lambda: a / scalar)):
+        with pytest.raises(TypeError) as info:
+            op()
+        message = str(info.value)
+        assert message.startswith(f"TwELLMatrix {symbol} x supports real scalars: bool, int, "
+                                  "float, or a NumPy bool, integer or float64, float32, float16 "
+                                  "or bfloat16 scalar or 0-d array; use @ for matrix products; "
+                                  f"got x of type {kind}"), message
+
+
+@pytest.mark.parametrize("other", [object(), "2", None], ids=["object", "str", "None"])
+def test_an_operand_that_is_no_number_nor_array_is_a_type_error(other):
+    # As in scipy: * takes scalars, dense arrays and sparse matrices (element-wise); any
+    # other operand is Python's TypeError for unsupported operands.
+    a = twell.TwELLMatrix(np.eye(3))
+    with pytest.raises(TypeError, match="unsupported operand|supports real scalars"):
+        a * other
+
+
+def test_a_python_int_past_float64_is_a_value_error():
+    a = twell.TwELLMatrix(np.eye(3))
+    with pytest.raises(ValueError, match=r"TwELLMatrix \* x: x=10\*\*400 is past the float64 "
+                                         r"range"):
+        a * 10**400
 
 
 # -- sum -------------------------------------------------------------------------------------

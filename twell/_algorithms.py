@@ -279,13 +279,56 @@ def canonical_coo(rows, cols, vals, shape):
         # order as a sequential sum on every backend, so results are deterministic.
         acc = np.float64 if vals.dtype == np.float64 else np.float32
         total = vals.astype(acc)
-        for level in range(1, most + 1):
-            at = rank == level
-            total[first[at]] += total[at]
-        starts = rank == 0
-        key, vals = key[starts], total[starts].astype(vals.dtype)
+        # Inf + -Inf is NaN and a sum past the dtype's range Inf: values, not warnings.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for level in range(1, most + 1):
+                at = rank == level
+                total[first[at]] += total[at]
+            starts = rank == 0
+            key, vals = key[starts], total[starts].astype(vals.dtype)
     keep = is_nonzero(vals)
     key, vals = key[keep], vals[keep]
     if shape[1] == 0:
         return key, key, vals
     return key // shape[1], key % shape[1], vals
+
+
+def segment_sums(indptr, values):
+    """``out[i] = values[indptr[i]:indptr[i + 1]].sum()`` for float64 ``values``: float64,
+    one element per segment, zero for an empty one.
+
+    Each segment is summed pairwise (neighbours, then pairs of pairs, ...) by whole-array
+    steps, one per doubling of the longest segment: a fixed order, so the same bits on
+    every run and on both backends, with no atomics and memory for the values and the
+    segments only. On CuPy, reading the longest segment's length synchronises once.
+    """
+    xp = array_module(indptr, values)
+    n = values.size
+    starts, ends = indptr[:-1], indptr[1:]
+    if n == 0 or starts.size == 0:
+        return xp.zeros(starts.size, dtype=np.float64)
+    longest = int((ends - starts).max())  # device-to-host sync on CuPy: the step count
+    segment = expand_indptr(indptr, n)
+    rank = xp.arange(n, dtype=np.int64) - starts[segment]
+    length = (ends - starts)[segment]
+    acc = values.astype(np.float64, copy=True)
+    step = 1
+    with np.errstate(over="ignore", invalid="ignore"):  # Inf + -Inf is NaN, no warning
+        while step < longest:
+            partner = xp.minimum(xp.arange(n, dtype=np.int64) + step, n - 1)
+            add = (rank % (2 * step) == 0) & (rank + step < length)
+            acc = xp.where(add, acc + acc[partner], acc)
+            step *= 2
+    return xp.where(ends > starts, acc[xp.minimum(starts, n - 1)], 0.0)
+
+
+def column_sums(cols, values, n_cols):
+    """Sums of float64 ``values`` by column (``cols``: int64, any order): float64
+    ``(n_cols,)``, each column's entries summed pairwise in the order they come (a stable
+    sort), as :func:`segment_sums` does. Memory: the entries and the result."""
+    xp = array_module(cols, values)
+    order = xp.argsort(cols, kind="stable")
+    # Where each column starts among the sorted entries: the CSR row pointer of the
+    # transpose, with no bincount (see count_sorted).
+    indptr = xp.searchsorted(cols[order], xp.arange(n_cols + 1, dtype=np.int64), side="left")
+    return segment_sums(indptr, values[order])

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from . import _arrays, _files
+from . import _arrays, _files, _layout
 from ._validation import SUPPORTED_DTYPES
 from ._version import __version__
 
@@ -87,23 +87,40 @@ def _int_option(low, high=None):
 
 
 def _slots_option(text):
-    """argparse type of --slots: "auto" or an int >= 1."""
+    """argparse type of --slots: "auto" or an int in [1, 65536] (at most the tile width,
+    checked once that is known: :class:`_UsageError`)."""
     if text == "auto":
         return text
     try:
-        return _int_option(1)(text)
+        return _int_option(1, 65536)(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f'{exc} (or "auto")') from None
 
 
+class _UsageError(Exception):
+    """A bad option value found after parsing (exit status 2, like argparse's own)."""
+
+
+def _check_slots(slots, tile_width, source):
+    """A slot count above the tile width is a usage error; ``source`` says where the width
+    comes from (None: the --tile-width option)."""
+    limit = _layout.MAX_TILE_WIDTH if tile_width == "auto" else tile_width
+    if isinstance(slots, int) and slots > limit:
+        where = f" ({source})" if source else ""
+        raise _UsageError(f"argument --slots: must be at most the tile width {limit}{where}; "
+                          f"got {slots}")
+
+
 def _layout_options(p, what):
     p.add_argument("--tile-width", type=_int_option(1, 65536), metavar="T",
-                   help=f"columns per tile {what} (default: a twell file's own, else 256)")
+                   help=f"columns per tile {what} (default: a twell file's own, else "
+                        '"auto": 256 where rows average an entry or more per 256 columns, '
+                        "else one tile as wide as the row)")
     p.add_argument("--slots", type=_slots_option, metavar="S",
-                   help='slots per (row, tile), an int or "auto" (default: a twell file\'s own, '
-                        'else "auto": the fewest that leave at most 1%% of the non-zeros in the '
-                        "overflow, but at most 4 times the count that 99%% of the non-empty "
-                        "(row, tile) pairs fit in)")
+                   help='slots per (row, tile), an int from 1 to the tile width or "auto" '
+                        '(default: a twell file\'s own, else "auto": the fewest that leave at '
+                        "most 1%% of the non-zeros in the overflow, but at most 4 times the "
+                        "count that 99%% of the non-empty (row, tile) pairs fit in)")
 
 
 def _from_option(p):
@@ -209,12 +226,22 @@ def main(argv=None):
         if extra and not getattr(args, "accepts_extra", False):
             args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.extra = extra
+        if getattr(args, "tile_width", None) is not None:
+            try:
+                _check_slots(args.slots, args.tile_width, None)
+            except _UsageError as exc:
+                args.parser.error(str(exc))
         if getattr(args, "check", None):
             args.check(args)  # checks across options: usage errors too
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     try:
         return args.func(args)
+    except _UsageError as exc:  # an option checked against the file (the tile width)
+        try:
+            args.parser.error(str(exc))
+        except SystemExit as done:
+            return done.code
     except BrokenPipeError:
         # The reader went away (``twell demo | head``): nothing to report.
         # Point stdout at /dev/null so the interpreter's final flush is quiet.
@@ -246,24 +273,42 @@ BAR_WIDTH = 40
 def _load(args):
     """Read FILE and build the TwELL matrix of the options: (source, TwELLMatrix, format)."""
     src, fmt = _files.read(args.file, args.from_format)
-    return src, _as_twell(src, args.tile_width, args.slots), fmt
+    return src, _as_twell(args.file, src, args.tile_width, args.slots), fmt
 
 
-def _as_twell(src, tile_width, slots, dtype=None):
+def _as_twell(path, src, tile_width, slots, dtype=None):
     """TwELL with the given layout; a twell file keeps its own unless told otherwise.
 
-    ``tile_width``/``slots`` None: not given on the command line.
+    ``tile_width``/``slots`` None: not given on the command line. Errors name the file
+    ``path`` and the options, not the constructor's parameters.
     """
     import twell
+    from twell import _layout
 
     is_twell = isinstance(src, twell.TwELLMatrix)
     if tile_width is None:
         tile_width = src.tile_width if is_twell else "auto"
+        _check_slots(slots, tile_width, f"{path}'s" if is_twell else "the default")
+    m, k = src.shape
+    # "auto" takes tiles of at most MAX_TILE_WIDTH columns: the fewest tiles it can choose.
+    width = _layout.MAX_TILE_WIDTH if tile_width == "auto" else tile_width
+    nt = _layout.n_tiles(k, width)
+    least = slots if isinstance(slots, int) else 1
+    if m * nt * least > _layout.MAX_STORED_SLOTS:
+        fewer = " or fewer --slots" if least > 1 else ""
+        raise ValueError(f"{path}: a {m} x {k} matrix at tile width {width} takes {m} * "
+                         f"{nt} * {least} = {m * nt * least} stored slots; twell holds at most "
+                         f"{_layout.MAX_STORED_SLOTS}: choose a wider --tile-width{fewer}")
     if slots == "auto" and is_twell and tile_width == src.tile_width:
         # The constructor keeps a TwELL input's slots under "auto"; --slots auto asks anew.
         slots = twell.auto_slots(np.bincount(src.tile_nnz().ravel(), minlength=1), tile_width,
                                  shape=src.shape, itemsize=src.dtype.itemsize)
-    return twell.TwELLMatrix(src, tile_width=tile_width, slots=slots or "auto", dtype=dtype)
+    try:
+        return twell.TwELLMatrix(src, tile_width=tile_width, slots=slots or "auto",
+                                 dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        # What the file's checks leave: a limit reached by the slots "auto" chooses.
+        raise ValueError(f"{path}: cannot store the matrix as TwELL: {exc}") from None
 
 
 def run_info(args):
@@ -376,7 +421,7 @@ def run_convert(args):
     """``twell convert IN OUT``: between Matrix Market, scipy .npz, .npy and twell files."""
     to = _files.output_format(args.output, args.to_format)  # before the work: a name error
     src, fmt = _files.read(args.input, args.from_format)
-    a = _as_twell(src, args.tile_width, args.slots, args.dtype)
+    a = _as_twell(args.input, src, args.tile_width, args.slots, args.dtype)
     written = _files.write(args.output, to, a)
     m, k = a.shape
     line = (f"{args.input} ({_files.FORMATS[fmt]}) -> {args.output} ({_files.FORMATS[to]}): "

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from . import _algorithms, _arrays, _backend
 from ._checks import check_coo
-from ._validation import check_dense, check_shape, check_storage, value_dtype
+from ._validation import check_dense, check_shape, check_storage, native, value_dtype
 
 
 class Dense:
@@ -112,12 +112,14 @@ def scipy_sparse(x, dtype=None, storage=None):
     if storage is not None:
         check_storage(shape, *storage)
     value_dtype(x.dtype, "x.dtype")
+    # Arrays in the other byte order (scipy keeps them, from a file for example) are
+    # converted once, here.
     if x.format == "csr":  # scipy may keep spare capacity past indptr[-1]: canonical_csr
-        return csr_from_rows(np.asarray(x.indptr, dtype=np.int64), np.asarray(x.indices),
-                             np.asarray(x.data), shape, dtype)
+        return csr_from_rows(np.asarray(x.indptr, dtype=np.int64), native(np.asarray(x.indices)),
+                             native(np.asarray(x.data)), shape, dtype)
     coo = x.tocoo()
-    return csr_from_coo(np.asarray(coo.row), np.asarray(coo.col), np.asarray(coo.data), shape,
-                        dtype, _coo_names(x))
+    return csr_from_coo(native(np.asarray(coo.row)), native(np.asarray(coo.col)),
+                        native(np.asarray(coo.data)), shape, dtype, _coo_names(x))
 
 
 def cupyx_sparse(x, dtype=None, storage=None):

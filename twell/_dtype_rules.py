@@ -26,7 +26,7 @@ def astype_dtype(dtype, name="dtype"):
     request for a dtype: one that twell cannot hold is an error, not a silent float64.
     """
     try:
-        dt = np.dtype(dtype)
+        dt = np.dtype(dtype).newbyteorder("=")  # the other byte order: the same values
     except TypeError:
         dt = None
     if dt is not None and dt in SUPPORTED_DTYPES:
@@ -47,13 +47,54 @@ def scipy_dtype(dtype):
 
 
 def is_real_scalar(x):
-    """A real number: Python int/float/bool, NumPy real scalar or 0-d real array (of any
-    array library)."""
-    if isinstance(x, numbers.Real):  # bool, int, float and NumPy's real scalars
+    """A real number twell takes: a Python bool, int or float, or a NumPy (or CuPy) bool,
+    integer or supported-float scalar or 0-d array. Fractions, Decimals, complex numbers
+    and long doubles are not."""
+    if isinstance(x, (bool, int, float)):  # their subclasses too (IntEnum, np.float64)
         return True
     dtype = getattr(x, "dtype", None)
-    return (getattr(x, "ndim", None) == 0 and dtype is not None
-            and (np.dtype(dtype).kind in "biuf" or dtype == bfloat16))
+    if getattr(x, "ndim", None) != 0 or dtype is None:
+        return False
+    dtype = np.dtype(dtype).newbyteorder("=")
+    return dtype.kind in "biu" or dtype in SUPPORTED_DTYPES
+
+
+def is_number(x):
+    """A number of any kind, Python's or NumPy's (bool, complex, Fraction, Decimal, long
+    double, 0-d arrays): an operand that ``*`` and ``/`` treat as a scalar."""
+    return isinstance(x, (numbers.Number, np.generic))
+
+
+def check_scalar(x, symbol):
+    """``x`` as a scalar operand of ``A <symbol> x``, or the TypeError that names its type
+    and what is supported (a ValueError for a Python int past the float64 range)."""
+    if not is_real_scalar(x):
+        raise TypeError(
+            f"TwELLMatrix {symbol} x supports real scalars: bool, int, float, or a NumPy "
+            "bool, integer or float64, float32, float16 or bfloat16 scalar or 0-d array; use "
+            f"@ for matrix products; got x of type {_type_name(x)}"
+        )
+    if type(x) is int and not -2**1024 < x < 2**1024:  # past float64: no rounding holds it
+        raise ValueError(f"TwELLMatrix {symbol} x: x={_int_text(x)} is past the float64 range "
+                         "(about 1.8e308)")
+    return x
+
+
+def _type_name(x):
+    """``x``'s type as a user names it: ``Fraction``, ``numpy.longdouble``, ``numpy.ndarray
+    of dtype complex128``."""
+    if getattr(x, "ndim", None) == 0 and hasattr(x, "dtype") and not isinstance(x, np.generic):
+        return f"{type(x).__module__.split('.')[0]}.ndarray of dtype {x.dtype}"
+    name = type(x).__name__
+    return f"numpy.{name}" if isinstance(x, np.generic) else name
+
+
+def _int_text(x):
+    """A huge int briefly: ``10**400`` where it is a power of ten, else its digits' count."""
+    digits = str(abs(x))
+    if digits.strip("0") == "1":
+        return f"{'-' if x < 0 else ''}10**{len(digits) - 1}"
+    return f"an int of {len(digits)} digits"
 
 
 def scalar_result_dtype(dtype, scalar):

@@ -241,12 +241,16 @@ class ELLMatrix(SparseMatrix):
         return ELLMatrix._wrap(data, self._indices.copy(), self.shape)
 
     def _sum(self, axis):
+        """float64 sums in a fixed order, memory in proportion to the result and the storage:
+        row sums add each row's slots (padding holds zeros), column sums each column's
+        entries in row order (twell._algorithms.column_sums), the total the row sums."""
         cast = _backend.backend(_arrays.array_module(self._data)).cast
-        if axis is None:
-            return cast(self._data, np.float64).sum()
-        if axis == 1:
-            return cast(self._data, np.float64).sum(axis=1)
-        return self._transposed()._sum(1)
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are entries
+            if axis == 0:
+                _, cols, vals = self._coo_arrays()
+                return _algorithms.column_sums(cols, cast(vals, np.float64), self.shape[1])
+            sums = cast(self._data, np.float64).sum(axis=1)
+            return sums.sum() if axis is None else sums
 
     def tocsr(self, copy=False):
         """scipy ``csr_array`` (host) or cupyx ``csr_matrix`` (device)."""

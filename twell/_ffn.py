@@ -144,7 +144,8 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WID
             parts, nnz = be.matmul_pack(x, w, tile_width, slots)
         return TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
     acc = accumulator_dtype(out)
-    z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
+    with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are values like any
+        z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
     return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
 
 

@@ -35,15 +35,33 @@ truncated or corrupted file, or one whose fields break these rules, is a
 ``ValueError`` whose message names the file and the problem. (An edit that
 keeps every rule and recomputes the CRC-32s gives another valid matrix: the
 format carries no signature.)
+
+Each member's ``.npy`` header (dtype, shape, order) is read and checked
+against the sizes that the file's own fields imply before its data is: the
+shape and tile width give ``counts`` its shape; ``data`` (slots at most the
+tile width, within the storage limit) gives ``indices`` theirs; the counts
+bound the overflow (at most ``tile_width - slots`` entries a full (row,
+tile)); an ELL file's width is at most its column count. A member must hold
+exactly the bytes its header describes. So loading takes memory in
+proportion to the matrix the fields describe (about twice the file plus the
+result, plus a small constant), never to what a member claims: a small
+compressed file cannot make it decompress gigabytes.
 """
 
+import math
 import os
 import zipfile
 
 import numpy as np
 
 from . import _layout
-from ._validation import SUPPORTED_DTYPES, bfloat16, check_shape, check_tile_width
+from ._validation import (
+    SUPPORTED_DTYPES,
+    bfloat16,
+    check_shape,
+    check_storage,
+    check_tile_width,
+)
 
 #: The version this twell writes and reads.
 FORMAT_VERSION = 1
@@ -58,13 +76,6 @@ _TWELL_ARRAYS = ("counts", "data", "indices", "overflow_indptr", "overflow_indic
 _FIELDS = {
     "TwELLMatrix": _COMMON + ("tile_width",) + _TWELL_ARRAYS,
     "ELLMatrix": _COMMON + ("data", "indices"),
-}
-# Index arrays: (dtype, ndim). Value arrays take the dtype the "dtype" field names.
-_INDEX_ARRAYS = {
-    "counts": (_layout.COUNT_DTYPE, 2),
-    "indices": (_layout.INDEX_DTYPE, 3),
-    "overflow_indptr": (_layout.OVERFLOW_INDPTR_DTYPE, 1),
-    "overflow_indices": (_layout.OVERFLOW_INDEX_DTYPE, 1),
 }
 _ELL_INDEX_DTYPE = np.dtype(np.int32)
 
@@ -175,9 +186,11 @@ def load(path):
         When the file is not a twell file, is truncated or corrupted (zip
         structure, CRC-32), was written by a newer format version, lacks a
         field or has an unknown one, holds a field of the wrong dtype or
-        shape or a pickled object, or when the matrix breaks an invariant
-        (for example a count above the slot count). The message starts with
-        the file name and names the problem.
+        shape (checked from its ``.npy`` header before its data is read: a
+        member that claims more than the file's fields imply is never read)
+        or a pickled object, or when the matrix breaks an invariant (for
+        example a count above the slot count). The message starts with the
+        file name and names the problem.
 
     See Also
     --------
@@ -233,37 +246,81 @@ def _open(path, label):
 
 
 class _Fields:
-    """Checked access to the fields of an open twell archive."""
+    """Checked access to the fields of an open twell archive.
+
+    Every read checks the member's ``.npy`` header first (:meth:`header`), so that nothing
+    is decompressed or allocated before its size is known to be the one expected.
+    """
+
+    #: The longest string a field may hold, in characters (the longest valid one is 11).
+    MAX_STRING = 64
 
     def __init__(self, npz, label):
         self.npz, self.label = npz, label
+        self.names = set(npz.zip.namelist())
+        self.starts = {}  # member -> where its data starts (after the .npy header)
 
     def error(self, message):
         return ValueError(f"{self.label}: invalid twell file: {message}")
 
-    def get(self, name):
+    def unreadable(self, name, exc):
+        # Whatever the damage: a bad .npy header (ValueError), a bad CRC-32 (BadZipFile), a
+        # flipped compression method (NotImplementedError), broken deflate data
+        # (zlib.error), an "encrypted" flag (RuntimeError), truncated data (EOFError), ...
+        return self.error(f"field {name!r} cannot be read: {type(exc).__name__}: {exc}")
+
+    def member(self, name):
+        return f"{name}.npy" if f"{name}.npy" in self.names else name
+
+    def header(self, name):
+        """``(shape, fortran_order, dtype)`` from the member's ``.npy`` header, its data
+        unread. Objects (pickles) are refused here."""
+        try:
+            with self.npz.zip.open(self.member(name)) as fp:
+                version = np.lib.format.read_magic(fp)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+                elif version == (2, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+                else:
+                    raise ValueError(f"unsupported .npy format version {version}")
+                self.starts[name] = fp.tell()
+        except Exception as exc:
+            raise self.unreadable(name, exc) from None
+        if dtype.hasobject:
+            raise self.error(f"field {name!r} holds Python objects (dtype {dtype}); twell "
+                             "files hold plain arrays")
+        return shape, fortran, dtype
+
+    def get(self, name, shape, dtype):
+        """The array of a member whose header (``shape``, ``dtype``) passed the checks."""
+        # Nothing past the described data: numpy would leave it unread, and the zip CRC-32,
+        # checked when the member is read to its end, unchecked.
+        size = self.npz.zip.getinfo(self.member(name)).file_size
+        described = self.starts[name] + math.prod(shape) * dtype.itemsize
+        if size != described:
+            raise self.error(f"field {name!r}: the member holds {size} bytes; its .npy header "
+                             f"describes {described}")
         try:
             return self.npz[name]
         except Exception as exc:
-            # Whatever the damage: a pickled object or a bad .npy header (ValueError), a bad
-            # CRC-32 (BadZipFile), a flipped compression method (NotImplementedError), broken
-            # deflate data (zlib.error), an "encrypted" flag (RuntimeError), truncated data
-            # (EOFError), an absurd declared size (MemoryError), ...
-            raise self.error(f"field {name!r} cannot be read: {type(exc).__name__}: {exc}"
-                             ) from None
+            raise self.unreadable(name, exc) from None
 
-    def array(self, name, dtype, ndim):
-        """Field ``name`` with exactly ``dtype`` (either byte order) and ``ndim``, C order."""
-        a = self.get(name)
-        if a.dtype.newbyteorder("=") != dtype:
-            raise self.error(f"field {name!r} must have dtype {dtype}; got {a.dtype}")
-        if a.ndim != ndim:
-            raise self.error(f"field {name!r} must have {ndim} dimensions; got shape {a.shape}")
-        if a.ndim > 1 and not a.flags.c_contiguous:
+    def array(self, name, dtype, shape):
+        """Field ``name`` with exactly ``dtype`` (either byte order), C order, and a shape
+        that ``shape`` accepts: a function of the header's shape that returns what is wrong
+        with it, or None."""
+        got, fortran, stored = self.header(name)
+        if stored.newbyteorder("=") != dtype:
+            raise self.error(f"field {name!r} must have dtype {dtype}; got {stored}")
+        problem = shape(got)
+        if problem:
+            raise self.error(f"{name} {problem}")
+        if fortran and len(got) > 1:
             # Written by numpy.savez from C-ordered arrays: Fortran order means tampering,
             # and reading the bytes in the other order would scramble the matrix.
             raise self.error(f"field {name!r} is stored in Fortran order; twell writes C order")
-        return a.astype(dtype, copy=False)  # native byte order
+        return self.get(name, got, stored).astype(dtype, copy=False)  # native byte order
 
     def string(self, name):
         return str(self.scalar(name, "U", "str"))
@@ -272,11 +329,14 @@ class _Fields:
         return int(self.scalar(name, "iu", "int"))
 
     def scalar(self, name, kinds, what):
-        a = self.get(name)
-        if a.shape != () or a.dtype.kind not in kinds:
+        shape, _, dtype = self.header(name)
+        if shape != () or dtype.kind not in kinds:
             raise self.error(f"field {name!r} must be a single {what}; got an array of dtype "
-                             f"{a.dtype} and shape {a.shape}")
-        return a[()]
+                             f"{dtype} and shape {shape}")
+        if dtype.kind == "U" and dtype.itemsize > 4 * self.MAX_STRING:
+            raise self.error(f"field {name!r} must be a string of at most {self.MAX_STRING} "
+                             f"characters; got dtype {dtype}")
+        return self.get(name, shape, dtype)[()]
 
 
 def npz_kind(path):
@@ -327,36 +387,91 @@ def _read(npz, label):
         raise f.error(f"unexpected field{'s' if len(unknown) > 1 else ''} "
                       f"{', '.join(map(repr, unknown))} for a {kind}")
 
-    shape = tuple(int(v) for v in f.array("shape", np.dtype(np.int64), 1))
+    shape = tuple(int(v) for v in f.array("shape", np.dtype(np.int64), lambda got: None if (
+        got == (2,)) else f"must hold two ints (M, K); got shape {got}"))
     dtype_name = f.string("dtype")
     if dtype_name not in _DTYPES:
         raise f.error(f"dtype must be one of {', '.join(_DTYPES)}; got {dtype_name!r}")
     dtype = _DTYPES[dtype_name]
     stored = np.dtype(np.uint16) if dtype == bfloat16 else dtype
 
-    def values(name, ndim):
-        a = f.array(name, stored, ndim)
+    def values(name, shape):
+        a = f.array(name, stored, shape)
         return a.view(bfloat16) if dtype == bfloat16 else a
 
     try:
         shape = check_shape(shape)
+        m, k = shape
         if kind == "ELLMatrix":
-            return _ell(values("data", 2), f.array("indices", _ELL_INDEX_DTYPE, 2), shape)
+            def ell_shape(got):
+                # A row holds at most K entries: a wider width is padding only.
+                if len(got) != 2 or got[0] != m or (m and got[1] > k):
+                    return (f"must have shape (M, width) with M = {m} and width at most K = "
+                            f"{k}; got {got}")
+                return None
+
+            data = values("data", ell_shape)
+            return _ell(data, f.array("indices", _ELL_INDEX_DTYPE, _expect_shape(
+                data.shape, "the shape of data")), shape)
         from ._twell import TwELLMatrix
 
         tile_width = check_tile_width(f.integer("tile_width"))
-        arrays = []
-        for name in _TWELL_ARRAYS:
-            if name in _INDEX_ARRAYS:
-                arrays.append(f.array(name, *_INDEX_ARRAYS[name]))
-            else:
-                arrays.append(values(name, 3 if name == "data" else 1))
+        nt = _layout.n_tiles(k, tile_width)
+        counts = f.array("counts", _layout.COUNT_DTYPE, _expect_shape(
+            (m, nt), "(M, n_tiles)"))
+
+        def data_shape(got):
+            if len(got) != 3:
+                return f"must have 3 dimensions; got shape {got}"
+            if got[:2] != (m, nt):
+                return f"must have shape (M, n_tiles, slots) with (M, n_tiles) = {(m, nt)}; " \
+                       f"got {got}"
+            if not 1 <= got[2] <= tile_width:
+                return f"must have between 1 and tile_width={tile_width} slots; got shape {got}"
+            check_storage(shape, tile_width, got[2])
+            return None
+
+        data = values("data", data_shape)
+        slots = data.shape[2]
+        indices = f.array("indices", _layout.INDEX_DTYPE, _expect_shape(
+            data.shape, "the shape of data"))
+        indptr = f.array("overflow_indptr", _layout.OVERFLOW_INDPTR_DTYPE, _expect_shape(
+            (m + 1,), "(M + 1,)"))
+        # Entries overflow only the (row, tile) pairs whose slots are all used, at most
+        # tile_width - slots each: the counts bound the overflow before it is read. (A count
+        # above the slots counts here too: validate() names it.)
+        room = int(np.count_nonzero(counts >= slots)) * (tile_width - slots)
+
+        def overflow_shape(got):
+            if len(got) != 1:
+                return f"must have 1 dimension; got shape {got}"
+            if got[0] > room:
+                return (f"holds {got[0]} entries; the counts leave room for at most {room} "
+                        "overflow entries")
+            return None
+
+        ocols = f.array("overflow_indices", _layout.OVERFLOW_INDEX_DTYPE, overflow_shape)
+        odata = values("overflow_data", _expect_shape(ocols.shape, "like overflow_indices",
+                                                      named=False))
+        arrays = (counts, data, indices, indptr, ocols, odata)
         # The validating constructor: validate() checks every invariant.
-        return TwELLMatrix(tuple(arrays), shape=shape, tile_width=tile_width)
+        return TwELLMatrix(arrays, shape=shape, tile_width=tile_width)
     except (TypeError, ValueError) as exc:
         if str(exc).startswith(f"{label}: "):
             raise
         raise f.error(str(exc)) from None
+
+
+def _expect_shape(want, what, named=True):
+    """A shape check for :meth:`_Fields.array`: exactly ``want``, called ``what``."""
+    def check(got):
+        if tuple(got) == tuple(want):
+            return None
+        if named:
+            return (f"must have {what} {want}; got {got}" if what.startswith("the ")
+                    else f"must have shape {what} = {want}; got {got}")
+        return f"must have shape {want} {what}; got {got}"
+    return check
 
 
 def _ell(data, indices, shape):

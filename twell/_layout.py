@@ -18,6 +18,7 @@ stores, for every row ``m`` and tile ``t`` (``n_tiles = ceil(K / T)``):
 """
 
 import math
+import numbers
 
 import numpy as np
 
@@ -169,30 +170,90 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
 
     Parameters
     ----------
-    tile_counts_histogram : numpy.ndarray
-        ``hist[c]`` = number of (row, tile) pairs with ``c`` non-zeros.
+    tile_counts_histogram : array_like of int, 1-D
+        ``hist[c]`` = number of (row, tile) pairs with ``c`` non-zeros, non-negative. A
+        pair holds at most ``tile_width`` non-zeros: bins past ``tile_width`` (as
+        ``numpy.bincount(..., minlength=...)`` may give) must be zero.
+        ``numpy.bincount(A.tile_nnz().ravel())`` is the histogram of a matrix ``A``.
     tile_width : int
-        Upper bound for the answer.
+        The tile width, in [1, 65536]; also the largest answer.
     fraction : float
-        Allowed share of non-zeros in the overflow.
+        Allowed share of non-zeros in the overflow, at least 0.
     max_factor : float or None
-        The cap, in multiples of the count that 99% of the non-empty pairs fit in; None
-        for no cap.
+        The cap, in multiples of the count that 99% of the non-empty pairs fit in, at
+        least 1; None for no cap.
     shape : tuple of int, optional
         ``(M, K)`` of the matrix, for the storage budget (with ``itemsize``).
     itemsize : int, optional
         Bytes of a value, for the storage budget (with ``shape``).
+
+    Returns
+    -------
+    int
+        The slot count, in [1, tile_width].
+
+    Raises
+    ------
+    TypeError
+        A tile width that is not an int, a histogram that does not hold integers, a
+        fraction or factor that is not a real number.
+    ValueError
+        A tile width outside [1, 65536], a histogram that is not 1-D, holds a negative
+        count, a count of 2**63 or more, or pairs of more than ``tile_width`` non-zeros,
+        a negative fraction, a factor below 1.
+
+    Examples
+    --------
+    >>> import numpy as np, twell
+    >>> twell.auto_slots(np.array([0, 990, 0, 0, 10]), 256)  # 10 of 1030 entries overflow
+    3
     """
+    if isinstance(tile_width, (bool, np.bool_)) or not isinstance(tile_width, numbers.Integral):
+        raise TypeError(f"tile_width must be an int; got tile_width={tile_width!r}")
+    if not 1 <= tile_width <= MAX_TILE_WIDTH:
+        raise ValueError(f"tile_width must be between 1 and {MAX_TILE_WIDTH}; got "
+                         f"tile_width={tile_width}")
+    for name, value in (("fraction", fraction), ("max_factor", max_factor)):
+        if value is None and name == "max_factor":
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number; got {name}={value!r}")
     if not fraction >= 0:
         raise ValueError(f"fraction must be at least 0; got fraction={fraction!r}")
     if max_factor is not None and not max_factor >= 1:
         raise ValueError(f"max_factor must be None or at least 1; got max_factor={max_factor!r}")
-    counts = _counts(tile_counts_histogram)
+    hist = _checked_counts(tile_counts_histogram, int(tile_width))
+    counts = _counts(hist)
     nnz = _nnz(counts)
-    slots = _auto_slots(counts, nnz, tile_width, fraction, max_factor)
+    slots = _auto_slots(counts, nnz, int(tile_width), fraction, max_factor)
     if shape is not None and itemsize is not None:
-        slots = _within_budget(counts, nnz, slots, shape, tile_width, itemsize)
+        slots = _within_budget(counts, nnz, slots, shape, int(tile_width), itemsize)
     return slots
+
+
+def _checked_counts(hist, tile_width, name="tile_counts_histogram"):
+    """A user's histogram of per-tile counts as a 1-D int64 array, or the error naming what
+    is wrong with it."""
+    hist = np.asarray(hist)
+    if hist.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got shape {hist.shape}")
+    if hist.size == 0:
+        return hist.astype(np.int64)
+    if hist.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers; got dtype {hist.dtype}")
+    if hist.dtype.kind == "u" and hist.max() > np.iinfo(np.int64).max:
+        at = int(np.argmax(hist > np.iinfo(np.int64).max))
+        raise ValueError(f"{name} must hold counts below 2**63; got {name}[{at}]={hist[at]}")
+    if hist.dtype.kind == "i" and hist.min() < 0:
+        at = int(np.argmax(hist < 0))
+        raise ValueError(f"{name} must hold non-negative counts; got {name}[{at}]={hist[at]}")
+    occupied = np.flatnonzero(hist)
+    if occupied.size and occupied[-1] > tile_width:
+        at = int(occupied[-1])
+        raise ValueError(f"{name}[c] must be 0 for c > tile_width={tile_width} (a (row, tile) "
+                         f"pair holds at most {tile_width} non-zeros); got {name}[{at}]="
+                         f"{hist[at]}")
+    return hist.astype(np.int64)
 
 
 def auto_tile_width(shape, nnz, slots="auto"):

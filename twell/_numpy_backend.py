@@ -64,12 +64,19 @@ def _sorted_and_unique(indptr, indices, shape):
     return bool(a.has_canonical_format)
 
 
+#: ``numpy.errstate`` of arithmetic on a user's values: NaN and Inf are entries like any
+#: other, and a result past a dtype's range is Inf; NumPy's warnings about them would be
+#: noise from twell's own lines.
+QUIET = {"over": "ignore", "invalid": "ignore", "divide": "ignore", "under": "ignore"}
+
+
 def cast(values, dtype):
     """``values`` converted to ``dtype`` (a new C-contiguous array), rounded once."""
     dtype = np.dtype(dtype)
     if dtype == bfloat16 and values.dtype == np.float64:
         return _float64_to_bfloat16(values)
-    return np.ascontiguousarray(values).astype(dtype)
+    with np.errstate(**QUIET):  # past the dtype's range is Inf, as rounding defines
+        return np.ascontiguousarray(values).astype(dtype)
 
 
 def _float64_to_bfloat16(values):
@@ -168,6 +175,7 @@ def to_csr(parts, shape, tile_width):
 _SPMM_CHUNK = 1 << 22
 
 
+@np.errstate(**QUIET)
 def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None):
     """``A @ b`` for TwELL ``A`` and a dense 2-D ``b`` of the parts' value dtype.
 
@@ -283,6 +291,7 @@ def matmul_pack_auto(x, w, tile_width):
 _UP_CHUNK = 1 << 22
 
 
+@np.errstate(**QUIET)
 def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _arrays, _layout
 from ._algorithms import Parts, slot_mask
-from ._validation import bfloat16, check_compression, check_shape
+from ._validation import bfloat16, check_compression, check_shape, native
 
 _T = _layout.PACKED_TILE_WIDTH
 
@@ -72,6 +72,7 @@ def from_packed(words, shape, compression):
     if not (isinstance(words, np.ndarray) or _arrays.is_cupy_array(words)):
         words = np.asarray(words)
     xp = _arrays.array_module(words)
+    words = native(words)  # big-endian words: converted once
     if words.dtype != np.uint32:
         raise TypeError(f"words must be uint32; got words.dtype={words.dtype}")
     if words.shape != (m, k // c):

@@ -543,10 +543,8 @@ class SparseArrayAPI:
     def multiply(self, other):
         """Element-wise product: natively with a scalar (the same format), through CSR
         with a sparse or dense operand (what scipy or cupyx return)."""
-        if _is_scalar(other):
-            if not _dtype_rules.is_real_scalar(other):
-                raise TypeError(f"twell holds real values only; got the scalar {other!r}")
-            return self._scalar_op(np.multiply, other)
+        if _is_scalar(other) or _dtype_rules.is_number(other):
+            return self._scalar_op(np.multiply, _dtype_rules.check_scalar(other, "*"))
         if _is_sparse(other):
             return self._via_csr().multiply(_as_csr(other))
         if not _is_dense(other) and _unknown(other):
@@ -560,10 +558,8 @@ class SparseArrayAPI:
         return self.multiply(other)
 
     def __truediv__(self, other):
-        if _is_scalar(other):
-            if not _dtype_rules.is_real_scalar(other):
-                raise TypeError(f"twell holds real values only; got the scalar {other!r}")
-            return self._scalar_op(np.true_divide, other)
+        if _is_scalar(other) or _dtype_rules.is_number(other):
+            return self._scalar_op(np.true_divide, _dtype_rules.check_scalar(other, "/"))
         if _is_sparse(other):
             return self._via_csr() / _as_csr(other)
         if not _is_dense(other) and _unknown(other):

@@ -1,6 +1,7 @@
 """The TwELLMatrix container."""
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import _algorithms, _arrays, _backend, _convert, _host, _layout, _numpy_backend, _packed
 from ._algorithms import Parts
@@ -15,6 +16,7 @@ from ._validation import (
     check_shape,
     check_slots,
     check_tile_width,
+    native,
     result_dtype,
     value_dtype,
 )
@@ -53,9 +55,12 @@ class TwELLMatrix(SparseMatrix):
         the input; bool and integer input becomes float64 (a requested bool or
         integer dtype rounds the values through it first).
     copy : bool, optional
-        With storage arrays, copy them (default False: the matrix shares them).
-    tile_width : int, optional
-        Columns per tile, in [1, 65536]. Default 256.
+        With storage arrays, copy them (default False: the matrix shares them, except
+        those in the other byte order, which it converts).
+    tile_width : int or "auto", optional
+        Columns per tile, in [1, 65536]. ``"auto"`` (default) takes 256 where a row's
+        entries average one or more per 256 columns, else one tile as wide as the row
+        (:func:`twell.auto_tile_width`); from a TwELLMatrix it keeps that matrix's.
     slots : int or "auto", optional
         Slots per (row, tile), in [1, tile_width]. ``"auto"`` (default)
         chooses the smallest count whose overflow holds at most 1% of the
@@ -270,7 +275,7 @@ class TwELLMatrix(SparseMatrix):
             raise ValueError("tile_width is required with a tuple of storage arrays: give "
                              "the tile width the arrays were laid out with")
         xp = _arrays.array_module(*arrays)
-        parts = Parts(*(xp.asarray(a) for a in arrays))
+        parts = Parts(*(native(xp.asarray(a)) for a in arrays))  # converts the other order
         if copy:
             parts = Parts(*(a.copy() for a in parts))
         self._set(parts, shape, tile_width, shared=not copy)
@@ -837,21 +842,44 @@ class TwELLMatrix(SparseMatrix):
     def _sum(self, axis):
         """float64 sums: of every entry (a 0-d array, ``axis=None``) or along ``axis``.
 
-        Deterministic on both backends: row sums are the product with a float64 vector of
-        ones (one warp per row on the GPU, a fixed order), column sums the same on the
-        (cached) transpose. A histogram with float weights (``bincount``) would add with
-        atomics, whose order, and so whose last bits, vary from run to run on a GPU.
+        Deterministic on both backends, memory in proportion to the result and the storage
+        (never to ``K`` or ``M`` alone where the result does not need it): row sums add each
+        row's entries in a fixed order (twell._algorithms.segment_sums; on the host the
+        compressed rows, in column order; else the slots, whose padding holds zeros, then the
+        overflow), column sums each column's entries in row order
+        (twell._algorithms.column_sums), the total the row sums. A histogram with float
+        weights (``bincount``) would add with atomics, whose order, and so whose last bits,
+        vary from run to run on a GPU.
         """
-        xp = self._xp
-        cast = _backend_of(xp).cast  # CuPy's own casts flush float32 subnormals
-        if axis is None:
-            csr = self._compute_form()
-            if csr is not None:
-                return csr.data.astype(np.float64).sum()
-            _, _, vals = self._coo_arrays()
-            return cast(vals, np.float64).sum()
-        a = self if axis == 1 else self._transposed()
-        return _matmul(a, xp.ones(a.shape[1], dtype=np.float64))
+        csr = self._compute_form()
+        if csr is not None:
+            vals = csr.data.astype(np.float64)
+            with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are entries
+                if axis == 0:
+                    return _algorithms.column_sums(csr.indices, vals, self.shape[1])
+                sums = _algorithms.segment_sums(csr.indptr, vals)
+                return sums.sum() if axis is None else sums
+        be = _backend_of(self._xp)
+        p = self._parts
+        if axis == 0:
+            # The entries where they are stored (no canonical order needed): the used slots,
+            # by (row, tile), then the overflow, by row.
+            xp, s = self._xp, self.slots
+            pair, slot = xp.nonzero(_algorithms.slot_mask(p.counts, s).reshape(-1, s))
+            cols = xp.concatenate([
+                (pair % max(self.n_tiles, 1)) * self.tile_width
+                + p.indices.reshape(-1, s)[pair, slot], p.overflow_indices.astype(np.int64)])
+            vals = xp.concatenate([be.cast(p.data.reshape(-1, s)[pair, slot], np.float64),
+                                   be.cast(p.overflow_data, np.float64)])
+            return _algorithms.column_sums(cols, vals, self.shape[1])
+        m = self.shape[0]
+        # CuPy's own casts flush float32 subnormals: the backend's cast keeps them.
+        data = be.cast(p.data, np.float64).reshape(m, p.data.size // max(m, 1))
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are entries
+            sums = data.sum(axis=1)
+            sums += _algorithms.segment_sums(p.overflow_indptr,
+                                             be.cast(p.overflow_data, np.float64))
+            return sums.sum() if axis is None else sums
 
 
 def _is_array(x):
@@ -902,8 +930,6 @@ def _from_host_csr(csr, shape, tile_width, slots, dtype):
 def _sparse_type(xp, fmt, dtype):
     """scipy's ``csr_array``/``coo_array`` on the host, cupyx's matrices on the device."""
     if xp is np:
-        import scipy.sparse as sp
-
         if dtype in (bfloat16, np.float16):
             raise TypeError(
                 f"scipy.sparse cannot hold {dtype}; convert with .astype(numpy.float32) first"

@@ -20,10 +20,12 @@ SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.floa
 def value_dtype(dtype, name="dtype"):
     """The storage dtype for input of ``dtype``.
 
-    float64/float32/float16/bfloat16 are kept; bool and integer input becomes
-    float64; anything else (complex, objects, strings) is a TypeError.
+    float64/float32/float16/bfloat16 are kept, in native byte order (a big-endian
+    ``>f8`` is float64, converted where it comes in, as NumPy and scipy do); bool and
+    integer input becomes float64; anything else (complex, objects, strings) is a
+    TypeError.
     """
-    dtype = np.dtype(dtype)
+    dtype = native_dtype(np.dtype(dtype))
     if dtype in SUPPORTED_DTYPES:
         return dtype
     if dtype.kind in "biu":
@@ -32,6 +34,17 @@ def value_dtype(dtype, name="dtype"):
     raise TypeError(
         f"{name} must be one of {supported} (bool and integers become float64); got {name}={dtype}"
     )
+
+
+def native_dtype(dtype):
+    """``dtype`` in the machine's byte order."""
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def native(a):
+    """A NumPy array in the machine's byte order: ``a`` itself, or a converted copy (CuPy
+    arrays are always native)."""
+    return a if a.dtype.isnative else a.astype(native_dtype(a.dtype))
 
 
 def accumulator_dtype(dtype):
