@@ -1,4 +1,5 @@
-"""twell._checks: ``validate()`` accepts every constructed matrix and names each broken invariant.
+"""twell._invariants: ``validate()`` accepts every constructed matrix and names each broken
+invariant.
 
 Every corruption here is one a user can make in place through the public
 storage arrays (or hand to the tuple constructor); each must raise the same

@@ -1,4 +1,4 @@
-"""twell._validation: bad arguments give messages that name the parameter, the limit and the
+"""twell._arguments: bad arguments give messages that name the parameter, the limit and the
 value given; TypeError for the wrong kind of object, ValueError for a bad value. The checks
 run at the boundary, so both backends raise the same exception."""
 

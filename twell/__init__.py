@@ -14,6 +14,7 @@ from_torch, to_torch, from_torch_parts, from_torch_array, TorchParts.
 
 from ._arrays import cupy_available as cuda_available
 from ._dlpack import TorchParts, from_torch_array, to_torch
+from ._dtypes import SUPPORTED_DTYPES, bfloat16
 from ._ell import ELLMatrix
 from ._ffn import matmul_to_twell, sparse_ffn
 from ._io import load, save
@@ -27,7 +28,6 @@ from ._layout import (
 )
 from ._torch import from_torch, from_torch_parts
 from ._twell import TwELLMatrix
-from ._validation import SUPPORTED_DTYPES, bfloat16
 from ._version import __version__
 
 from_packed = TwELLMatrix.from_packed

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _algorithms, _arrays, _backend, _host, _layout
-from ._validation import check_storage
+from ._arguments import check_storage
 
 
 class Built(NamedTuple):

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from . import _arrays, _files, _layout
-from ._validation import SUPPORTED_DTYPES
+from ._dtypes import SUPPORTED_DTYPES
 from ._version import __version__
 
 # -- demo parameters ------------------------------------------------------------

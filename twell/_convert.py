@@ -12,8 +12,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _algorithms, _arrays, _backend
-from ._checks import check_coo
-from ._validation import check_dense, check_shape, check_storage, native, value_dtype
+from ._arguments import check_dense, check_shape, check_storage
+from ._dtypes import native, value_dtype
+from ._invariants import check_coo
 
 
 class Dense:
@@ -67,7 +68,7 @@ def csr_from_coo(rows, cols, vals, shape, dtype=None, names=None):
     """Any COO triplet (NumPy or CuPy) -> canonical :class:`CSR`.
 
     ``names``: the user's names of ``rows`` and ``cols``, whose every pair is then checked
-    to lie within ``shape`` (:func:`twell._checks.check_coo`); ``None`` for twell's own
+    to lie within ``shape`` (:func:`twell._invariants.check_coo`); ``None`` for twell's own
     arrays, which need no check.
     """
     xp = _arrays.array_module(rows, cols, vals)

@@ -32,7 +32,7 @@ import numpy as np
 
 from . import _arrays
 from ._base import SparseMatrix
-from ._validation import SUPPORTED_DTYPES, bfloat16
+from ._dtypes import SUPPORTED_DTYPES, bfloat16
 
 if TYPE_CHECKING:  # annotations only: torch stays optional
     import torch

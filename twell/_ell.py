@@ -3,9 +3,9 @@
 import numpy as np
 
 from . import _algorithms, _arrays, _backend, _convert
+from ._arguments import operator_index
 from ._base import SparseMatrix
-from ._dtype_rules import astype_dtype
-from ._validation import operator_index, value_dtype
+from ._dtypes import astype_dtype, value_dtype
 
 
 class ELLMatrix(SparseMatrix):
@@ -180,7 +180,7 @@ class ELLMatrix(SparseMatrix):
         ValueError
             A broken invariant; the message names it.
         """
-        from ._checks import validate_ell
+        from ._invariants import validate_ell
 
         validate_ell(self._data, self._indices, self.shape)
 

@@ -13,15 +13,9 @@ activation, the packing kernel), as ``sparse_ffn`` does for its up and down proj
 import numpy as np
 
 from . import _arrays, _backend, _layout
+from ._arguments import check_slots, check_storage, check_tile_width
+from ._dtypes import accumulator_dtype, result_dtype, value_dtype
 from ._twell import TwELLMatrix, _matmul
-from ._validation import (
-    accumulator_dtype,
-    check_slots,
-    check_storage,
-    check_tile_width,
-    result_dtype,
-    value_dtype,
-)
 
 # Each activation, written for an array module; its zeros make the output sparse.
 _ACTIVATE = {"relu": lambda xp, z: xp.maximum(z, 0)}

@@ -127,7 +127,7 @@ def _check_matrix(path, dtype, shape):
     """What a file holds, in twell's terms: real values of a supported kind, and at most
     2**31 - 1 rows and columns. ValueError naming the file otherwise (the constructor would
     name its parameter ``x`` instead)."""
-    from ._validation import value_dtype
+    from ._dtypes import value_dtype
 
     try:
         value_dtype(dtype)
@@ -643,7 +643,7 @@ def _write_twell(f, a):
 def _write_npz(f, a):
     import scipy.sparse as sp
 
-    from ._validation import bfloat16
+    from ._dtypes import bfloat16
 
     a = _storable(a, (np.float16, bfloat16))
     sp.save_npz(f, sp.csr_array(a.tocsr()), compressed=True)
@@ -653,7 +653,7 @@ def _write_npz(f, a):
 def _write_mtx(f, a):
     import scipy.io
 
-    from ._validation import bfloat16
+    from ._dtypes import bfloat16
 
     a = _storable(a, (np.float16, bfloat16))
     # float64 values: their shortest decimals read back exactly, also for float32 input.
@@ -662,7 +662,7 @@ def _write_mtx(f, a):
 
 
 def _write_npy(f, a):
-    from ._validation import bfloat16
+    from ._dtypes import bfloat16
 
     a = _storable(a, (bfloat16,))
     np.save(f, a.toarray(), allow_pickle=False)

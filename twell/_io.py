@@ -55,13 +55,8 @@ import zipfile
 import numpy as np
 
 from . import _layout
-from ._validation import (
-    SUPPORTED_DTYPES,
-    bfloat16,
-    check_shape,
-    check_storage,
-    check_tile_width,
-)
+from ._arguments import check_shape, check_storage, check_tile_width
+from ._dtypes import SUPPORTED_DTYPES, bfloat16
 
 #: The version this twell writes and reads.
 FORMAT_VERSION = 1

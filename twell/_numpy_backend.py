@@ -23,8 +23,9 @@ from ._algorithms import (  # noqa: F401 - tile_counts_csr: this backend's API
     tile_counts_csr,
     to_coo,
 )
-from ._checks import check_csr
-from ._validation import accumulator_dtype, bfloat16, check_storage
+from ._arguments import check_storage
+from ._dtypes import accumulator_dtype, bfloat16
+from ._invariants import check_csr
 
 
 def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
@@ -32,7 +33,7 @@ def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
     data)``: columns sorted, duplicates summed in input order, zeros dropped.
 
     The one function here that takes a user's arrays as they are: ``indptr`` and
-    ``indices`` are checked first (:func:`twell._checks.check_csr`; ``names`` name them in
+    ``indices`` are checked first (:func:`twell._invariants.check_csr`; ``names`` name them in
     the message), then sorted by the shared global sort.
     """
     check_csr(indptr, indices, shape, names)

@@ -11,7 +11,8 @@ import numpy as np
 
 from . import _arrays, _layout
 from ._algorithms import Parts, slot_mask
-from ._validation import bfloat16, check_compression, check_shape, native
+from ._arguments import check_compression, check_shape
+from ._dtypes import bfloat16, native
 
 _T = _layout.PACKED_TILE_WIDTH
 

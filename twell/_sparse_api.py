@@ -6,7 +6,7 @@ Each operation either runs natively on the format's own arrays (a value map, a r
 a reduction, the products with dense operands) or goes through the CSR type of the array
 library that holds the matrix: scipy's ``csr_array`` on the host, cupyx's ``csr_matrix`` on the
 GPU, as scipy's own DIA and BSR formats go through CSR. Those return what scipy or cupyx return
-for their own formats. 16-bit values go through CSR as float32 (:mod:`twell._dtype_rules`).
+for their own formats. 16-bit values go through CSR as float32 (:mod:`twell._dtypes`).
 
 A container provides, besides ``shape``, ``dtype``, ``nnz``, ``nbytes``, ``tocsr()``, ``copy()``
 and ``get()``:
@@ -35,8 +35,9 @@ import operator
 import numpy as np
 import scipy.sparse as sp
 
-from . import _algorithms, _arrays, _backend, _convert, _dtype_rules, _indexing
-from ._validation import SUPPORTED_DTYPES, bfloat16, check_shape, result_dtype
+from . import _algorithms, _arrays, _backend, _convert, _dtypes, _indexing
+from ._arguments import check_shape
+from ._dtypes import SUPPORTED_DTYPES, bfloat16, result_dtype
 
 #: The formats scipy's ``asformat`` knows, reached through CSR.
 SCIPY_FORMATS = ("csr", "csc", "coo", "bsr", "dia", "dok", "lil")
@@ -176,11 +177,11 @@ class SparseArrayAPI:
     def _via_csr(self):
         """This matrix as the CSR type of its array library, float32 for 16-bit values:
         what operations through CSR compute on."""
-        dtype = _dtype_rules.scipy_dtype(self.dtype)
+        dtype = _dtypes.scipy_dtype(self.dtype)
         return (self if dtype == self.dtype else self.astype(dtype, copy=False)).tocsr()
 
     def _scalar_op(self, op, scalar):
-        fn, _ = _dtype_rules.scalar_map(op, scalar, self.dtype, self._cast)
+        fn, _ = _dtypes.scalar_map(op, scalar, self.dtype, self._cast)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             return self._map_values(fn)
 
@@ -527,7 +528,7 @@ class SparseArrayAPI:
         """
         if not _is_scalar(n):
             raise NotImplementedError("power: the exponent must be a scalar (element-wise)")
-        if not _dtype_rules.is_real_scalar(n):
+        if not _dtypes.is_real_scalar(n):
             raise TypeError(f"power: the exponent must be a real number; got {n!r}")
         if n == 0:
             raise NotImplementedError(
@@ -543,8 +544,8 @@ class SparseArrayAPI:
     def multiply(self, other):
         """Element-wise product: natively with a scalar (the same format), through CSR
         with a sparse or dense operand (what scipy or cupyx return)."""
-        if _is_scalar(other) or _dtype_rules.is_number(other):
-            return self._scalar_op(np.multiply, _dtype_rules.check_scalar(other, "*"))
+        if _is_scalar(other) or _dtypes.is_number(other):
+            return self._scalar_op(np.multiply, _dtypes.check_scalar(other, "*"))
         if _is_sparse(other):
             return self._via_csr().multiply(_as_csr(other))
         if not _is_dense(other) and _unknown(other):
@@ -558,8 +559,8 @@ class SparseArrayAPI:
         return self.multiply(other)
 
     def __truediv__(self, other):
-        if _is_scalar(other) or _dtype_rules.is_number(other):
-            return self._scalar_op(np.true_divide, _dtype_rules.check_scalar(other, "/"))
+        if _is_scalar(other) or _dtypes.is_number(other):
+            return self._scalar_op(np.true_divide, _dtypes.check_scalar(other, "/"))
         if _is_sparse(other):
             return self._via_csr() / _as_csr(other)
         if not _is_dense(other) and _unknown(other):
@@ -750,7 +751,7 @@ class SparseArrayAPI:
                 if kind == "int":
                     one = self._take_rows(self._xp.asarray([rows], dtype=np.int64))
                     result = one._via_csr()[0, split[1]]
-                    if _is_scalar(result) and self.dtype in _dtype_rules.SIXTEEN_BIT:
+                    if _is_scalar(result) and self.dtype in _dtypes.SIXTEEN_BIT:
                         # exact: a 16-bit value, computed in float32
                         return (self.dtype.type(result) if self._xp is np
                                 else result.astype(self.dtype))

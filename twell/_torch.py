@@ -7,9 +7,10 @@ import numpy as np
 
 from . import _layout
 from ._algorithms import Parts
+from ._arguments import check_dense
 from ._dlpack import _check_tensor, _tensor_to_array, _torch
+from ._dtypes import bfloat16
 from ._twell import TwELLMatrix
-from ._validation import bfloat16, check_dense
 
 
 def _value_dtype(torch, dtype):

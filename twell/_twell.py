@@ -5,21 +5,12 @@ import scipy.sparse as sp
 
 from . import _algorithms, _arrays, _backend, _convert, _host, _layout, _numpy_backend, _packed
 from ._algorithms import Parts
+from ._arguments import check_shape, check_slots, check_tile_width
 from ._base import SparseMatrix
 from ._build import build as _build_layout
 from ._build import host_layout
 from ._dlpack import parts_to_torch
-from ._dtype_rules import astype_dtype
-from ._validation import (
-    SUPPORTED_DTYPES,
-    bfloat16,
-    check_shape,
-    check_slots,
-    check_tile_width,
-    native,
-    result_dtype,
-    value_dtype,
-)
+from ._dtypes import SUPPORTED_DTYPES, astype_dtype, bfloat16, native, result_dtype, value_dtype
 
 
 def _backend_of(xp):
@@ -516,7 +507,7 @@ class TwELLMatrix(SparseMatrix):
         ValueError
             A broken invariant; the message names it.
         """
-        from ._checks import validate_parts
+        from ._invariants import validate_parts
 
         validate_parts(self._parts, self.shape, self.tile_width)
 

@@ -38,18 +38,12 @@ import uuid
 import numpy as np
 
 from . import _arrays
+from ._arguments import check_shape, check_slots, check_tile_width
+from ._dtypes import SUPPORTED_DTYPES, result_dtype, value_dtype
 from ._io import load as _load_block_file
 from ._io import save as _save_block_file
 from ._layout import GEMM_TILE_WIDTH
 from ._twell import TwELLMatrix
-from ._validation import (
-    SUPPORTED_DTYPES,
-    check_shape,
-    check_slots,
-    check_tile_width,
-    result_dtype,
-    value_dtype,
-)
 
 __all__ = ["DaskTwELLMatrix", "from_blocks", "from_dask_array", "load"]
 

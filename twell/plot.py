@@ -30,13 +30,8 @@ packed_words
 import numpy as np
 
 from . import _algorithms, _arrays, _layout
-from ._validation import (
-    bfloat16,
-    check_compression,
-    check_slots,
-    check_tile_width,
-    operator_index,
-)
+from ._arguments import check_compression, check_slots, check_tile_width, operator_index
+from ._dtypes import bfloat16
 
 __all__ = [
     "format_comparison",

@@ -4,7 +4,7 @@ import cupy
 import numpy as np
 
 from .. import _algorithms
-from .._checks import check_csr
+from .._invariants import check_csr
 from . import _compile
 from ._launch import BLOCK, WARPS, blocks, i64, instance
 from ._reduce import scan
@@ -28,7 +28,7 @@ def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
     Synchronises once with the host, to read the
     number of dropped entries (the output size), whether a row was too long to sort here,
     and whether a row pointer or a column index was out of range: the kernel counts those
-    faults as it reads, and :func:`twell._checks.check_csr` then names one (``names``).
+    faults as it reads, and :func:`twell._invariants.check_csr` then names one (``names``).
     Indices other than int32 take the checks and the global sort.
     """
     m = shape[0]

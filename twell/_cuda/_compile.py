@@ -21,7 +21,7 @@ import pathlib
 
 import numpy as np
 
-from .._validation import SUPPORTED_DTYPES, bfloat16
+from .._dtypes import SUPPORTED_DTYPES, bfloat16
 
 HEADER = "twell_layout.cuh"
 

@@ -9,7 +9,7 @@ import cupy
 import numpy as np
 
 from .. import _layout
-from .._validation import check_storage
+from .._arguments import check_storage
 from . import _compile, _policy, _tma
 from ._launch import (
     BLOCK,

@@ -6,7 +6,7 @@ gather kernel and the SpMV's lanes per row are chosen in :mod:`._policy`.
 
 import cupy
 
-from .._validation import accumulator_dtype
+from .._dtypes import accumulator_dtype
 from . import _compile, _policy
 from ._launch import BLOCK, aligned, blocks, i32, i64, instance, instance_n, vector_for
 from ._reduce import nonfinite

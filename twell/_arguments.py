@@ -1,68 +1,15 @@
-"""Checks on user input, done once at the API boundary.
+"""Checks of the arguments a user gives, done once at the API boundary.
 
-Every message names the parameter, the limit and the value that was given.
-Backend functions trust what passes these checks.
+Every message names the parameter, the limit and the value that was given. Backend
+functions trust what passes these checks.
 """
 
 import numbers
 
-import ml_dtypes
 import numpy as np
 
 from . import _layout
-
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-
-#: Value dtypes a TwELL/ELL matrix can hold.
-SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), bfloat16)
-
-
-def value_dtype(dtype, name="dtype"):
-    """The storage dtype for input of ``dtype``.
-
-    float64/float32/float16/bfloat16 are kept, in native byte order (a big-endian
-    ``>f8`` is float64, converted where it comes in, as NumPy and scipy do); bool and
-    integer input becomes float64; anything else (complex, objects, strings) is a
-    TypeError.
-    """
-    dtype = native_dtype(np.dtype(dtype))
-    if dtype in SUPPORTED_DTYPES:
-        return dtype
-    if dtype.kind in "biu":
-        return np.dtype(np.float64)
-    supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
-    raise TypeError(
-        f"{name} must be one of {supported} (bool and integers become float64); got {name}={dtype}"
-    )
-
-
-def native_dtype(dtype):
-    """``dtype`` in the machine's byte order."""
-    return dtype if dtype.isnative else dtype.newbyteorder("=")
-
-
-def native(a):
-    """A NumPy array in the machine's byte order: ``a`` itself, or a converted copy (CuPy
-    arrays are always native)."""
-    return a if a.dtype.isnative else a.astype(native_dtype(a.dtype))
-
-
-def accumulator_dtype(dtype):
-    """Accumulation dtype: float64 for float64, float32 for everything narrower."""
-    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
-
-
-def result_dtype(a, b):
-    """NumPy promotion of two value dtypes, with bfloat16 x float16 -> float32.
-
-    NumPy has no common type for ml_dtypes' bfloat16 and float16; both fit
-    in float32 exactly, so that is the answer.
-    """
-    a, b = value_dtype(a), value_dtype(b)
-    try:
-        return value_dtype(np.result_type(a, b))
-    except TypeError:
-        return np.dtype(np.float32)
+from ._dtypes import value_dtype
 
 
 def check_shape(shape, name="shape"):

@@ -1,17 +1,70 @@
-"""Dtype rules of the scipy-facing API: casts, scalar arithmetic and the hand-off to
-scipy.sparse and cupyx.scipy.sparse.
+"""The value dtypes twell holds, and the rules of arithmetic on them.
 
-twell holds float64, float32, float16 and bfloat16 values
-(:data:`twell._validation.SUPPORTED_DTYPES`). scipy.sparse and cupyx.scipy.sparse hold
-neither 16-bit type, so an operation that goes through their CSR type computes 16-bit values in
+twell holds float64, float32, float16 and bfloat16 values (:data:`SUPPORTED_DTYPES`).
+Products accumulate in float32 for 16-bit values (:func:`accumulator_dtype`); results take
+NumPy's promotion (:func:`result_dtype`). scipy.sparse and cupyx.scipy.sparse hold neither
+16-bit type, so an operation that goes through their CSR type computes 16-bit values in
 float32 (exact: every float16 and bfloat16 value is a float32 value) and returns float32.
 """
 
 import numbers
 
+import ml_dtypes
 import numpy as np
 
-from ._validation import SUPPORTED_DTYPES, bfloat16, result_dtype
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+#: Value dtypes a TwELL/ELL matrix can hold.
+SUPPORTED_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), bfloat16)
+
+
+def value_dtype(dtype, name="dtype"):
+    """The storage dtype for input of ``dtype``.
+
+    float64/float32/float16/bfloat16 are kept, in native byte order (a big-endian
+    ``>f8`` is float64, converted where it comes in, as NumPy and scipy do); bool and
+    integer input becomes float64; anything else (complex, objects, strings) is a
+    TypeError.
+    """
+    dtype = native_dtype(np.dtype(dtype))
+    if dtype in SUPPORTED_DTYPES:
+        return dtype
+    if dtype.kind in "biu":
+        return np.dtype(np.float64)
+    supported = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+    raise TypeError(
+        f"{name} must be one of {supported} (bool and integers become float64); got {name}={dtype}"
+    )
+
+
+def native_dtype(dtype):
+    """``dtype`` in the machine's byte order."""
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def native(a):
+    """A NumPy array in the machine's byte order: ``a`` itself, or a converted copy (CuPy
+    arrays are always native)."""
+    return a if a.dtype.isnative else a.astype(native_dtype(a.dtype))
+
+
+def accumulator_dtype(dtype):
+    """Accumulation dtype: float64 for float64, float32 for everything narrower."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def result_dtype(a, b):
+    """NumPy promotion of two value dtypes, with bfloat16 x float16 -> float32.
+
+    NumPy has no common type for ml_dtypes' bfloat16 and float16; both fit
+    in float32 exactly, so that is the answer.
+    """
+    a, b = value_dtype(a), value_dtype(b)
+    try:
+        return value_dtype(np.result_type(a, b))
+    except TypeError:
+        return np.dtype(np.float32)
+
 
 #: The 16-bit value dtypes, which scipy and cupyx cannot hold.
 SIXTEEN_BIT = (np.dtype(np.float16), bfloat16)
@@ -102,7 +155,7 @@ def scalar_result_dtype(dtype, scalar):
 
     Python's bool, int and float are weak: they take the values' dtype. NumPy scalars and
     0-d arrays promote like arrays; bfloat16 with float16 gives float32
-    (:func:`twell._validation.result_dtype`).
+    (:func:`twell._dtypes.result_dtype`).
     """
     if type(scalar) in (bool, int, float):
         return np.dtype(dtype)

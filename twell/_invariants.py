@@ -4,7 +4,7 @@ import numpy as np
 
 from . import _arrays, _layout
 from ._algorithms import expand_indptr, is_nonzero, slot_mask
-from ._validation import SUPPORTED_DTYPES
+from ._dtypes import SUPPORTED_DTYPES
 
 
 def _expect(ok, message):
