@@ -83,3 +83,8 @@ def with_overflow(parts, row_starts, n_over):
         overflow_indices=cupy.empty(n_over, dtype=_layout.OVERFLOW_INDEX_DTYPE),
         overflow_data=cupy.empty(n_over, dtype=parts.data.dtype),
     )
+
+
+def instance_n(kernel, dtype, *numbers):
+    """The name expression ``kernel<ctype, n1, n2, ...>`` of an instance."""
+    return f"{kernel}<{_compile.CTYPES[np.dtype(dtype)]}, {', '.join(map(str, numbers))}>"
