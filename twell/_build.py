@@ -87,11 +87,13 @@ def _auto_dense_tiles(be, dense, slots):
         widths.append(2 * widths[-1])
     counts = be.tile_counts_dense(dense, widths[0])
     hists = [be.count_histogram(counts, widths[0] + 1)]
-    for width in widths[1:]:
+    for width in widths[1:] if m else []:  # no rows: every level's histogram is empty
         if counts.shape[1] % 2:
             counts = xp.concatenate([counts, xp.zeros((m, 1), dtype=counts.dtype)], axis=1)
         counts = counts.reshape(m, -1, 2).sum(axis=2, dtype=counts.dtype)
         hists.append(be.count_histogram(counts, width + 1))
+    if not m:
+        hists += [be.count_histogram(counts, width + 1) for width in widths[1:]]
     host = _arrays.to_numpy(xp.concatenate(hists))  # the one device-to-host sync
     starts = np.cumsum([0] + [w + 2 for w in widths])
     checked = [_layout.checked_histogram(host[a:b], w)

@@ -131,10 +131,16 @@ def tile_counts_histogram(csr, shape, tile_width):
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
     if _FEW_TILES < nt and m * nt <= csr.indices.size:
-        rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(csr.indptr))
-        tiles = csr.indices // tile_width if tile_width & (tile_width - 1) else (
-            csr.indices >> (tile_width.bit_length() - 1))
-        counts = np.bincount(rows * nt + tiles, minlength=m * nt)
+        # int32 keys, computed in place: every temporary the size of the entries is a fresh
+        # allocation, whose first touch costs more than the arithmetic.
+        index = np.int32 if m * nt <= np.iinfo(np.int32).max else np.int64
+        keys = np.repeat(np.arange(m, dtype=index), np.diff(csr.indptr))
+        keys *= index(nt)
+        if tile_width & (tile_width - 1):
+            keys += csr.indices // tile_width
+        else:
+            keys += csr.indices >> (tile_width.bit_length() - 1)
+        counts = np.bincount(keys, minlength=m * nt)
     else:
         counts, _ = _pair_counts(csr, shape, tile_width)
     hist = np.bincount(counts, minlength=tile_width + 1)[: tile_width + 1].astype(np.int64)

@@ -353,6 +353,8 @@ class SparseArrayAPI:
         return t.copy() if copy else t
 
     T = property(transpose, doc="The transpose (see :meth:`transpose`).")
+    mT = property(transpose, doc="The matrix transpose, as scipy's sparse arrays name it "
+                                 "(the same as :attr:`T` for a 2-D matrix).")
 
     def _transposed(self):
         """The cached transpose, rebuilt when the storage arrays are not those it was built
