@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _layout
+from . import _io, _layout
 
 #: Format names (the values of --from and --to) and what they are.
 FORMATS = {
@@ -102,8 +102,6 @@ def read(path, given=None):
         The format is unknown, or the file is not valid in it; the message
         starts with the path.
     """
-    from . import _io
-
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
@@ -162,15 +160,11 @@ def _is_zip(path):
 
 
 def _read_twell(path):
-    from . import _io
-
     return _io.load(path)
 
 
 def _read_npz(path):
     import scipy.sparse as sp
-
-    from . import _io
 
     if _io.npz_kind(path) == "twell":
         raise ValueError(f"{path}: is a twell file, not a scipy.sparse .npz file "
@@ -204,13 +198,7 @@ def _check_npz_members(path):
         with zipfile.ZipFile(path) as z:
             for member in z.namelist():
                 with z.open(member) as fp:
-                    version = np.lib.format.read_magic(fp)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
-                    elif version == (2, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
-                    else:
-                        raise ValueError(f"unsupported .npy format version {version}")
+                    shape, _, dtype = _io.npy_header(fp)
                     start = fp.tell()
                     name = member.removesuffix(".npy")
                     if dtype.hasobject:
@@ -568,13 +556,7 @@ def _read_npy(path):
                              f"string \\x93NUMPY{hint}")
         f.seek(0)
         try:
-            version = fmt.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = fmt.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = fmt.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+            shape, fortran, dtype = _io.npy_header(f)
         except (ValueError, EOFError) as exc:
             raise ValueError(f"{path}: not a valid .npy file: its header cannot be read "
                              f"({exc})") from None
@@ -634,8 +616,6 @@ def _storable(a, narrow):
 
 
 def _write_twell(f, a):
-    from . import _io
-
     _io.save(f, a)
     return a.dtype
 

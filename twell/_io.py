@@ -272,13 +272,7 @@ class _Fields:
         unread. Objects (pickles) are refused here."""
         try:
             with self.npz.zip.open(self.member(name)) as fp:
-                version = np.lib.format.read_magic(fp)
-                if version == (1, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-                elif version == (2, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-                else:
-                    raise ValueError(f"unsupported .npy format version {version}")
+                shape, fortran, dtype = npy_header(fp)
                 self.starts[name] = fp.tell()
         except Exception as exc:
             raise self.unreadable(name, exc) from None
@@ -475,3 +469,14 @@ def _ell(data, indices, shape):
     e = ELLMatrix._wrap(data, indices, shape)
     e.validate()
     return e
+
+
+def npy_header(fp):
+    """``(shape, fortran_order, dtype)`` of the ``.npy`` array at ``fp``'s position, which
+    is left at its data (read unread): NumPy's header readers, version 1.0 or 2.0."""
+    version = np.lib.format.read_magic(fp)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fp)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(fp)
+    raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
