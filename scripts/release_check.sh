@@ -7,14 +7,14 @@
 # the slots="auto" and gated up-projection tests (unfiltered: with --kernel-name, initcheck
 # does not see cuBLAS write the dense way's product); memcheck on the dense and CSR pack tests
 # (twell_pack kernels only: their count passes take null storage arrays). Prints a short
-# summary; the logs go to $OUT as gpu_check.txt, bench.json, bench.txt, sanitizer.txt and
+# summary; the logs go to $OUT as gpu_check.txt, pytest.log (each failure's report), bench.json, bench.txt, sanitizer.txt and
 # ffn_sanitizers.txt. About 6-7 minutes on an H200.
 # Usage on the GPU machine, from the repository root: OUT=dir bash scripts/release_check.sh
 set -uo pipefail
 export PYTHONPATH=.
 rm -rf .hypothesis
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-SKIP_BENCH=1 JOBS=4 TESTS_TIMEOUT=230 OUT=/tmp/g bash scripts/gpu_check.sh > $OUT/gpu_check.txt 2>&1; echo "suite rc=$?"; grep -E "[0-9]+ passed|failed|FAILED|Error" $OUT/gpu_check.txt | tail -8
+SKIP_BENCH=1 JOBS=4 TESTS_TIMEOUT=230 OUT=/tmp/g bash scripts/gpu_check.sh > $OUT/gpu_check.txt 2>&1; echo "suite rc=$?"; cp /tmp/g/pytest.log $OUT/pytest.log; grep -E "[0-9]+ passed|failed|FAILED|Error" $OUT/gpu_check.txt | tail -8
 timeout 260 python3 benchmarks/bench.py --out $OUT/bench.json --no-progress --reference reference --time-budget 170 > $OUT/bench.txt 2>&1; echo "bench rc=$?"
 JOBS=2 TOOLS="memcheck initcheck" KERNELS=twell_ TIMEOUT=130 OUT=/tmp/san bash scripts/sanitize.sh tests/test_cuda_kernels.py tests/test_determinism.py -q -p no:cacheprovider -k "spmv_matches or (splits_rows and float32) or (every_spmm_kernel and float32) or (gather_spmm_sums and float32) or (listed_kernels and float32) or exclusive_scan or exclusive_cumsum" > $OUT/sanitizer.txt 2>&1; echo "sanitize rc=$?"; grep -E "exit|SUMMARY" $OUT/sanitizer.txt | tail -4
 for tool in memcheck racecheck synccheck; do
