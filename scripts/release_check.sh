@@ -7,8 +7,8 @@
 # the slots="auto" and gated up-projection tests (unfiltered: with --kernel-name, initcheck
 # does not see cuBLAS write the dense way's product); memcheck on the dense and CSR pack tests
 # (twell_pack kernels only: their count passes take null storage arrays). Prints a short
-# summary; the logs go to $OUT as gpu_check.txt, pytest.log (each failure's report), bench.json, bench.txt, sanitizer.txt and
-# ffn_sanitizers.txt. About 6-7 minutes on an H200.
+# summary; the logs go to $OUT as gpu_check.txt, pytest.log (each failure's report),
+# bench.json, bench.txt, sanitizer.txt and ffn_sanitizers.txt. About 6-7 minutes on an H200.
 # Usage on the GPU machine, from the repository root: OUT=dir bash scripts/release_check.sh
 set -uo pipefail
 export PYTHONPATH=.
