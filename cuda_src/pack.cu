@@ -21,12 +21,13 @@ using namespace twell;
 // One (row, tile) pair of the dense matrix, any tile width: the warp steps through the tile
 // kWarp * VEC columns at a time, each chunk packed by pack_chunk in `mode` (the slot pointers
 // are unused in kModeOverflow, the overflow pointers outside it). Returns the pair's number of
-// non-zeros, the same in every lane. Every lane of the warp must call it.
-template <typename T, int VEC>
+// non-zeros, the same in every lane. Every lane of the warp must call it. Index: the type of a
+// column within a tile (unsigned short, or int for tiles wider than 65536 columns).
+template <typename T, int VEC, typename Index>
 __device__ __forceinline__ int pack_pair(const T* __restrict__ dense, long long n_cols,
                                          long long tiles, int tile_width, int slots, int mode,
                                          long long pair, int lane, T* __restrict__ data,
-                                         unsigned short* __restrict__ indices,
+                                         Index* __restrict__ indices,
                                          const long long* __restrict__ overflow_offset,
                                          int* __restrict__ overflow_indices,
                                          T* __restrict__ overflow_data) {
@@ -223,17 +224,21 @@ __device__ __forceinline__ int pack_pairs_staged(
 // memset, and the number of entries past the slots, sum over pairs of max(total - S, 0), is
 // added to *n_overflow (zeroed by the launcher): one integer atomicAdd per warp with overflow,
 // so the total is deterministic. kModeCount leaves *n_overflow alone.
+// Index: the type of a column within a tile; int (tiles wider than 65536 columns) takes one
+// pair per warp.
 // Grid: ceil(ceil(M * n_tiles / PAIRS) / kPackWarps) blocks of kPackWarps warps.
-template <typename T, int VEC, int PAIRS, int CHUNKS = 1>
+template <typename T, int VEC, int PAIRS, int CHUNKS = 1, typename Index = unsigned short>
 __global__ void __launch_bounds__(kPackWarps * kWarp)
 twell_pack_dense(const T* __restrict__ dense, long long n_rows, long long n_cols,
                  int tile_width, int slots, int mode,
                  int* __restrict__ totals, int* __restrict__ counts,
-                 T* __restrict__ data, unsigned short* __restrict__ indices,
+                 T* __restrict__ data, Index* __restrict__ indices,
                  unsigned long long* __restrict__ n_overflow) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
   static_assert(PAIRS >= 1 && CHUNKS >= 1 && PAIRS * CHUNKS <= 4,
                 "PAIRS * CHUNKS is a small number of loads per lane");
+  static_assert(sizeof(Index) == 2 || (PAIRS == 1 && CHUNKS == 1),
+                "wide tiles (int columns) take one pair per warp");
   const long long tiles = n_tiles(n_cols, tile_width);
   const long long n_pairs = n_rows * tiles;
   const long long first =
@@ -242,9 +247,10 @@ twell_pack_dense(const T* __restrict__ dense, long long n_rows, long long n_cols
   if (first >= n_pairs) return;  // whole warp
   int over;  // entries past the slots in this warp's pairs (<= PAIRS * T)
   if constexpr (PAIRS == 1 && CHUNKS == 1) {
-    const int total = pack_pair<T, VEC>(dense, n_cols, tiles, tile_width, slots, mode, first,
-                                        lane, data, indices, nullptr, nullptr, nullptr);
-    over = finish_pair<T>(total, lane, mode, first, slots, totals, counts, data, indices);
+    const int total = pack_pair<T, VEC, Index>(dense, n_cols, tiles, tile_width, slots, mode,
+                                               first, lane, data, indices, nullptr, nullptr,
+                                               nullptr);
+    over = finish_pair<T, Index>(total, lane, mode, first, slots, totals, counts, data, indices);
   } else {
     over = pack_pairs_staged<T, VEC, PAIRS, CHUNKS>(dense, n_cols, tiles, tile_width, slots,
                                                     mode, first, n_pairs, lane, totals, counts,
@@ -277,7 +283,7 @@ __global__ void twell_pack_dense_overflow(const T* __restrict__ dense, long long
   if (first >= n_pairs) return;  // whole warp
   const bool overflows = first + lane < n_pairs && totals[first + lane] > slots;
   for (unsigned rest = __ballot_sync(kFullMask, overflows); rest != 0u; rest &= rest - 1u) {
-    pack_pair<T, VEC>(dense, n_cols, tiles, tile_width, slots, kModeOverflow,
+    pack_pair<T, VEC, unsigned short>(dense, n_cols, tiles, tile_width, slots, kModeOverflow,
                       first + (__ffs(rest) - 1), lane, nullptr, nullptr, overflow_offset,
                       overflow_indices, overflow_data);
   }
@@ -289,13 +295,15 @@ __global__ void twell_pack_dense_overflow(const T* __restrict__ dense, long long
 // totals/counts, so totals, counts, data and indices must be zero-filled before kModeSlots.
 // In kModeSlots the entries past the slots, sum over pairs of max(total - S, 0), are added to
 // *n_overflow (zeroed by the launcher): one integer atomicAdd per warp (row) with overflow.
+// Index: the type of a column within a tile (unsigned short, or int for tiles wider than 65536
+// columns).
 // Grid: ceil(M / warps per block) blocks of whole warps.
-template <typename T>
+template <typename T, typename Index = unsigned short>
 __global__ void twell_pack_csr(const long long* __restrict__ indptr, const int* __restrict__ col_in,
                                const T* __restrict__ val_in, long long n_rows, long long n_cols,
                                int tile_width, int slots, int mode,
                                int* __restrict__ totals, int* __restrict__ counts,
-                               T* __restrict__ data, unsigned short* __restrict__ indices,
+                               T* __restrict__ data, Index* __restrict__ indices,
                                const long long* __restrict__ overflow_offset,
                                int* __restrict__ overflow_indices, T* __restrict__ overflow_data,
                                unsigned long long* __restrict__ n_overflow) {
@@ -322,7 +330,7 @@ __global__ void twell_pack_csr(const long long* __restrict__ indptr, const int* 
     }
     if (mode == kModeSlots && rank < slots) {
       data[pair * slots + rank] = val_in[j];
-      indices[pair * slots + rank] = static_cast<unsigned short>(col - tile_col0);
+      indices[pair * slots + rank] = static_cast<Index>(col - tile_col0);
     }
     if (ends_tile) {
       totals[pair] = rank + 1;

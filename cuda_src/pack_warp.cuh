@@ -23,12 +23,13 @@ __device__ __forceinline__ T pick(const T (&v)[VEC], int i) {
 // (kModeOverflow); returns the chunk's number of non-zeros, the same in every lane. Every lane of the warp must call it (warp shuffles).
 // The stores loop over the lane's non-zeros only: at the sparsities TwELL is for, most lanes
 // hold none and the warp takes one or two steps, where a loop over all VEC values took VEC
-// (the kernel was bound by instruction issue, not by memory).
-template <typename T, int VEC>
+// (the kernel was bound by instruction issue, not by memory). Index: the type of a column
+// within a tile (unsigned short, or int for tiles wider than 65536 columns).
+template <typename T, int VEC, typename Index>
 __device__ __forceinline__ int pack_chunk(const T (&v)[VEC], long long j0, int base, int lane,
                                           int mode, long long pair, long long col0, int slots,
                                           T* __restrict__ data,
-                                          unsigned short* __restrict__ indices,
+                                          Index* __restrict__ indices,
                                           long long overflow_start,
                                           int* __restrict__ overflow_indices,
                                           T* __restrict__ overflow_data) {
@@ -44,7 +45,7 @@ __device__ __forceinline__ int pack_chunk(const T (&v)[VEC], long long j0, int b
     if (mode == kModeSlots) {
       if (rank < slots) {
         data[pair * slots + rank] = pick(v, i);
-        indices[pair * slots + rank] = static_cast<unsigned short>(j0 + i);
+        indices[pair * slots + rank] = static_cast<Index>(j0 + i);
       }
     } else if (rank >= slots) {  // kModeOverflow
       const long long o = overflow_start + (rank - slots);
@@ -57,11 +58,11 @@ __device__ __forceinline__ int pack_chunk(const T (&v)[VEC], long long j0, int b
 
 // End of a (row, tile) with `total` non-zeros (kModeCount, kModeSlots): zero the slots past the
 // count, write counts and totals. Returns the pair's overflow max(total - S, 0).
-template <typename T>
+template <typename T, typename Index>
 __device__ __forceinline__ int finish_pair(int total, int lane, int mode, long long pair,
                                            int slots, int* __restrict__ totals,
                                            int* __restrict__ counts, T* __restrict__ data,
-                                           unsigned short* __restrict__ indices) {
+                                           Index* __restrict__ indices) {
   if (mode == kModeSlots) {
     const int used = min(total, slots);
     for (int s = used + lane; s < slots; s += kWarp) {

@@ -141,11 +141,12 @@ constexpr int kNoTile = 0x7fffffff;
 // f(entry, len) for each batch of one window's slot entries: lane l of the team holds the
 // count of tile tile_of(l) (0 past the window's tiles), in tile order; entries j < len <= G
 // of a batch, entry j held by team lane j (every lane of the team calls it, and f may
-// shuffle; tile_of may too).
-template <typename T, int G, typename TileOf, typename F>
+// shuffle; tile_of may too). Index: the type of a column within a tile (unsigned short, or int
+// for tiles wider than 65536 columns), here and in the kernels below.
+template <typename T, int G, typename TileOf, typename F, typename Index>
 __device__ __forceinline__ void window_batches(const Team<G>& team, int my_count, TileOf tile_of,
                                                const T* __restrict__ data,
-                                               const unsigned short* __restrict__ indices,
+                                               const Index* __restrict__ indices,
                                                long long row, long long tiles, int tile_width,
                                                int slots, F& f) {
   const int inclusive = team.inclusive_scan(my_count);
@@ -173,11 +174,11 @@ __device__ __forceinline__ void window_batches(const Team<G>& team, int my_count
 // tiles among them walked whole, as for_each_slot_batch walks it. The last window of a load
 // may go on past it: the next load starts at that window, unless it fills the load (a window
 // has at most G tiles).
-template <typename T, int G, typename F>
+template <typename T, int G, typename F, typename Index>
 __device__ __forceinline__ void for_each_listed_batch(const Team<G>& team,
                                                       const int* __restrict__ row_counts,
                                                       const T* __restrict__ data,
-                                                      const unsigned short* __restrict__ indices,
+                                                      const Index* __restrict__ indices,
                                                       long long row, long long tiles,
                                                       int tile_width, int slots,
                                                       const int* __restrict__ list_tiles,
@@ -212,11 +213,11 @@ __device__ __forceinline__ void for_each_listed_batch(const Team<G>& team,
 // a window of empty tiles costs one read and one vote) or from the tile index (Listed: the
 // row's non-empty tiles, list_tiles[list_indptr[row] .. list_indptr[row + 1]), ascending;
 // TwELLMatrix.index_tiles), which give the same bits.
-template <typename T, int G, bool Listed, typename F>
+template <typename T, int G, bool Listed, typename F, typename Index>
 __device__ __forceinline__ void for_each_slot_batch(const Team<G>& team,
                                                     const int* __restrict__ counts,
                                                     const T* __restrict__ data,
-                                                    const unsigned short* __restrict__ indices,
+                                                    const Index* __restrict__ indices,
                                                     long long row, long long tiles,
                                                     int tile_width, int slots,
                                                     const long long* __restrict__ list_indptr,
@@ -319,10 +320,11 @@ __device__ __forceinline__ bool split_row(long long o_start, long long o_end, in
   return chunk_log2 > 0 && o_end - o_start >= (2ll << chunk_log2);
 }
 
-template <typename T, int VEC, int G, int C, int E, bool Listed = false>
+template <typename T, int VEC, int G, int C, int E, bool Listed = false,
+          typename Index = unsigned short>
 __global__ void TWELL_ROWS_MAXNREG
 twell_spmm_rows(const int* __restrict__ counts, const T* __restrict__ data,
-                const unsigned short* __restrict__ indices,
+                const Index* __restrict__ indices,
                 const long long* __restrict__ overflow_indptr,
                 const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
                 long long n_rows, long long n_cols, int tile_width, int slots,
@@ -467,9 +469,9 @@ __device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, l
 // holds by x at its column, then its overflow entries (dot_run); the lanes' sums are added
 // by a fixed butterfly (deterministic).
 // Grid: ceil(M / (blockDim.x / G)).
-template <typename T, int G>
+template <typename T, int G, typename Index = unsigned short>
 __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restrict__ data,
-                                const unsigned short* __restrict__ indices,
+                                const Index* __restrict__ indices,
                                 const long long* __restrict__ overflow_indptr,
                                 const int* __restrict__ overflow_indices,
                                 const T* __restrict__ overflow_data, long long n_rows,
@@ -516,10 +518,10 @@ constexpr int kSpmvOwnOverflow = 16;
 // (dot_run over 32 lanes, then the butterfly, added to the row's sum by its thread): a hub
 // row among short ones would otherwise be one thread's serial work.
 // Grid: ceil(M / kSpmvBlock), blocks of kSpmvBlock threads.
-template <typename T, bool Listed = false>
+template <typename T, bool Listed = false, typename Index = unsigned short>
 __global__ void __launch_bounds__(kSpmvBlock, kSpmvBlocksPerSM)
 twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ data,
-                       const unsigned short* __restrict__ indices,
+                       const Index* __restrict__ indices,
                        const long long* __restrict__ overflow_indptr,
                        const int* __restrict__ overflow_indices,
                        const T* __restrict__ overflow_data, long long n_rows, long long n_cols,

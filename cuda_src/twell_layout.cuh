@@ -3,15 +3,16 @@
 // Mirrors twell/_layout.py (a test runs twell_layout_probe and compares with Python):
 //   n_tiles = ceil(K / T); pair = row * n_tiles + tile; slot s of a pair lives at pair * S + s;
 //   slots 0..count-1 hold the (row, tile)'s first non-zeros by column, column within the tile
-//   as uint16; the slots after the count hold zeros; entries past S go to a CSR overflow
-//   (int64 row pointer, int32 global columns).
+//   as uint16 (T <= 65536) or int (wider tiles: the kernels' Index template argument); the
+//   slots after the count hold zeros; entries past S go to a CSR overflow (int64 row
+//   pointer, int32 global columns).
 // The loader inlines this file into each .cu source (CuPy caches by source text).
 //
 // Index widths: every position in an array whose size grows with the matrix (pair, slot,
 // dense element, CSR entry, B and output element) is computed in long long, because
 // M * n_tiles * S, M * K and nnz pass 2^31 on today's GPUs; blockIdx.x * blockDim.x is widened
 // before the product. int is kept only for quantities bounded by one tile or one block
-// (counts, ranks and slots <= 65536, shared-memory offsets) and for columns (< 2^31).
+// (counts, ranks and slots <= T < 2^31, shared-memory offsets) and for columns (< 2^31).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -11,11 +11,12 @@ using namespace twell;
 // round trip to memory, not two. Reading the count first was latency-bound; this way writes
 // the paper's down projection as fast as a copy writes, and more pairs a warp do not help
 // (docs/design.rst, the unpack). VEC > 1 needs K, T and the base
-// pointer 16-byte aligned (the launcher checks).
+// pointer 16-byte aligned (the launcher checks). Index: the type of a column within a tile
+// (unsigned short, or int for tiles wider than 65536 columns).
 // Grid: ceil(M * n_tiles / warps per block) blocks of whole warps.
-template <typename T, int VEC>
+template <typename T, int VEC, typename Index = unsigned short>
 __global__ void twell_unpack_dense(const int* __restrict__ counts, const T* __restrict__ data,
-                                   const unsigned short* __restrict__ indices, long long n_rows,
+                                   const Index* __restrict__ indices, long long n_rows,
                                    long long n_cols, int tile_width, int slots, T* __restrict__ out) {
   static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC is 1 or one 16-byte vector");
   const long long tiles = n_tiles(n_cols, tile_width);
@@ -59,10 +60,11 @@ __global__ void twell_scatter_csr(const long long* __restrict__ indptr, const in
 //               then its overflow entries, which follow the slots in column order. A lane takes
 //               one tile; its overflow entries are found by two binary searches in the row's
 //               overflow (sorted by column), and a warp-wide prefix sum places the tiles.
+// Index: the type of a column within a tile, as for twell_unpack_dense.
 // Grid: ceil(M / warps per block) blocks of whole warps.
-template <typename T>
+template <typename T, typename Index = unsigned short>
 __global__ void twell_rows_to_csr(const int* __restrict__ counts, const T* __restrict__ data,
-                                  const unsigned short* __restrict__ indices,
+                                  const Index* __restrict__ indices,
                                   const long long* __restrict__ overflow_indptr,
                                   const int* __restrict__ overflow_indices,
                                   const T* __restrict__ overflow_data, long long n_rows,

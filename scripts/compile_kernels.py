@@ -37,16 +37,17 @@ def main():
     failed, spills = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, instances in _compile.INSTANCES.items():
-            unit = pathlib.Path(tmp) / name
+            # A key names a file, or a file's wide instances ("spmm.cu:wide").
+            unit = pathlib.Path(tmp) / (name.replace(":", "-") + ".cu")
             refs = ",\n  ".join(f"(const void*)&{e}" for e in instances)
-            unit.write_text(f'#include "{src / name}"\n'
+            unit.write_text(f'#include "{src / _compile.source_file(name)}"\n'
                             f"const void* const twell_ci_instances[] = {{\n  {refs}\n}};\n")
             # An ARCH_SOURCES file is built for its own architecture only (e.g. sm_90a).
             own = _compile.ARCH_SOURCES.get(name)
             for arch in [own[0]] if own else archs:
                 print(f"== {name} {arch}", flush=True)
                 returncode, report = _nvcc(args.nvcc, unit, arch,
-                                           pathlib.Path(tmp) / f"{name}.{arch}.cubin")
+                                           unit.with_suffix(f".{arch}.cubin"))
                 if returncode:
                     print(report)
                     failed.append(f"{name} ({arch})")

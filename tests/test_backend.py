@@ -121,15 +121,41 @@ def test_every_kernel_source_is_found():
     folder = _compile.source_dir()
     assert (folder / _compile.HEADER).is_file()
     for name in _compile.INSTANCES:
-        assert (folder / name).is_file(), name
+        assert (folder / _compile.source_file(name)).is_file(), name
+
+
+def test_wide_instances_are_the_narrow_ones_with_int_columns():
+    """Every narrow instance that reads or writes ``indices`` has its int twin, but the staged
+    dense pack's and the tile index's; the twin differs only by the trailing ``int``."""
+    for name in ("pack.cu", "unpack.cu", "spmm.cu"):
+        wide = _compile.INSTANCES[name + _compile.WIDE]
+        assert wide and all(e.endswith(", int>") for e in wide)
+        assert len(set(wide)) == len(wide)
+        kernels = {e.partition("<")[0] for e in wide}
+        assert kernels == {e.partition("<")[0] for e in _compile.INSTANCES[name]
+                           if re.search(r"\bindices\b",
+                                        _kernel_parameters(name, e.partition("<")[0]))}
+    assert _compile.wide("twell_spmv_thread_rows<float>") == \
+        "twell_spmv_thread_rows<float, false, int>"
+    assert (_compile.wide("twell_pack_dense<__half, 8, 1>")
+            == "twell_pack_dense<__half, 8, 1, 1, int>")
+    assert _compile.wide("twell_spmm_rows<double, 2, 8, 2, 2>") == \
+        "twell_spmm_rows<double, 2, 8, 2, 2, false, int>"
+
+
+def _kernel_parameters(name, kernel):
+    """The parameter list of ``kernel``'s definition in ``name``'s source."""
+    text = _compile.source_text(name)
+    match = re.search(rf"__global__[^;{{}}]*\b{kernel}\s*\(([^{{]*)\)\s*{{", text)
+    return match[1] if match else ""
 
 
 @pytest.mark.parametrize("name", sorted(_compile.INSTANCES))
 def test_kernel_sources_inline_the_header(name):
-    text = _compile.source_text(name)
+    text = _compile.source_text(_compile.source_file(name))
     assert f'#include "{_compile.HEADER}"' not in text
     assert f'#line 1 "{_compile.HEADER}"' in text
-    assert re.search(rf'#line \d+ "{re.escape(name)}"', text)
+    assert re.search(rf'#line \d+ "{re.escape(_compile.source_file(name))}"', text)
     assert "namespace twell" in text
     # Every cuda_src header the file includes, directly or through another header, is pasted
     # in exactly once (CuPy's cache keys on the text; #pragma once would not reach NVRTC).
@@ -140,7 +166,7 @@ def test_kernel_sources_inline_the_header(name):
 
 @pytest.mark.parametrize("name", sorted(_compile.INSTANCES))
 def test_every_instantiated_kernel_exists_and_is_named_twell(name):
-    text = _compile.source_text(name)
+    text = _compile.source_text(_compile.source_file(name))
     for expression in _compile.INSTANCES[name]:
         kernel = expression.split("<")[0]
         assert kernel.startswith("twell_"), expression

@@ -157,7 +157,7 @@ ERRORS = {
     "unknown --from": (("info", "in.mtx", "--from", "csv"), 2,
                        "argument --from: invalid choice: 'csv'"),
     "bad tile width": (("info", "in.mtx", "--tile-width", "0"), 2,
-                       "--tile-width: must be between 1 and 65536; got 0"),
+                       "--tile-width: must be between 1 and 2147483647; got 0"),
     "bad slots": (("info", "in.mtx", "--slots", "many"), 2,
                   '--slots: must be an int; got .many. .or "auto"'),
     # A slot count above the tile width is a usage error (exit 2), wherever the width
@@ -169,8 +169,9 @@ ERRORS = {
     "slots above a twell file's tile width": (
         ("convert", "in.twell", "slots.twell", "--slots", "9"), 2,
         r"argument --slots: must be at most the tile width 8 \(in.twell's\); got 9"),
-    "slots past every tile width": (("info", "in.mtx", "--slots", "70000"), 2,
-                                    "argument --slots: must be between 1 and 65536; got 70000"),
+    "slots past every tile width": (("info", "in.mtx", "--slots", "2147483648"), 2,
+                                    "argument --slots: must be between 1 and 2147483647; got "
+                                    "2147483648"),
     "output is a folder": (("convert", "in.npy", "folder.twell"), 1,
                            "twell convert: error: folder.twell: cannot write the file: Is a "
                            "directory$"),

@@ -190,7 +190,7 @@ def test_a_wrong_version_is_refused(version, message):
                  id="fewer columns"),
     pytest.param({"shape": np.array([2.0, 10.0])}, "field 'shape' must have dtype int64",
                  id="float shape"),
-    pytest.param({"tile_width": np.array(0)}, "tile_width must be between 1 and 65536",
+    pytest.param({"tile_width": np.array(0)}, "tile_width must be between 1 and 2147483647",
                  id="tile width 0"),
     pytest.param({"tile_width": np.array(5)}, "a slot column lies outside its tile|counts must",
                  id="tile width changed"),

@@ -67,13 +67,13 @@ def test_auto_slots_default_fraction(hist, tile_width):
 
 
 @pytest.mark.parametrize(("tile_width", "error", "message"), [
-    (0, ValueError, "tile_width must be between 1 and 65536; got tile_width=0"),
-    (-3, ValueError, "tile_width must be between 1 and 65536; got tile_width=-3"),
-    (65537, ValueError, "tile_width must be between 1 and 65536; got tile_width=65537"),
+    (0, ValueError, "tile_width must be between 1 and 2147483647; got tile_width=0"),
+    (-3, ValueError, "tile_width must be between 1 and 2147483647; got tile_width=-3"),
+    (2**31, ValueError, "tile_width must be between 1 and 2147483647; got tile_width=2147483648"),
     (2.0, TypeError, "tile_width must be an int; got tile_width=2.0"),
     (True, TypeError, "tile_width must be an int; got tile_width=True"),
     ("8", TypeError, "tile_width must be an int; got tile_width='8'"),
-], ids=["0", "-3", "65537", "float", "bool", "str"])
+], ids=["0", "-3", "2**31", "float", "bool", "str"])
 def test_auto_slots_refuses_a_bad_tile_width(tile_width, error, message):
     # Regression: a tile width of 0 or -3 came back as the slot count, 0 or -3.
     with pytest.raises(error, match=re.escape(message)):
@@ -206,10 +206,12 @@ def test_matrix_auto_slots_follows_the_per_tile_counts(backend, case):
 
 
 def brute_storage(hist, tile_width, shape, slots, itemsize):
-    """Bytes of the storage arrays with ``slots``, from the definition."""
+    """Bytes of the storage arrays with ``slots``, from the definition (a column within a tile
+    takes 2 bytes, 4 in tiles wider than 65536 columns)."""
     m, k = shape
     over = sum(n * max(c - slots, 0) for c, n in enumerate(hist))
-    return (m * -(-k // tile_width) * (4 + slots * (itemsize + 2)) + 8 * (m + 1)
+    column = 2 if tile_width <= 65536 else 4
+    return (m * -(-k // tile_width) * (4 + slots * (itemsize + column)) + 8 * (m + 1)
             + over * (4 + itemsize))
 
 
@@ -240,7 +242,9 @@ def test_auto_choice_meets_the_storage_budget_by_its_definition(hist, tile_width
 @pytest.mark.parametrize(("shape", "nnz", "slots", "width"), [
     ((4096, 5632), 230_000, "auto", 256),      # ReLU activations at 1%: ~2.6 per 256 columns
     ((4096, 5632), 4096 * 10, "auto", 8192),   # 10 a row: one tile as wide as the row
-    ((90_000, 90_000), 448_800, "auto", 65536),  # a stencil: the widest tile
+    ((90_000, 90_000), 448_800, "auto", 131072),  # a stencil: one tile, int32 columns
+    ((10**6, 10**6), 4_996_000, "auto", 2**20),   # the 10^6-row stencil: one tile
+    ((2, 2**31 - 1), 4, "auto", 2**31 - 1),     # the widest matrix: the widest tile
     ((10, 200), 20, "auto", 256),              # K <= 256: one tile of 256
     ((10, 5000), 10, 300, 8192),               # at least as wide as the slots given...
     ((10, 5000), 50_000, 300, 512),            # ... rounded up to a power of two

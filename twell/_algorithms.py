@@ -136,10 +136,11 @@ def pack_sorted_coo(rows, cols, vals, shape, tile_width, slots):
     slot_key = key[in_slot]
     counts = count_sorted(slot_key, m * nt).astype(_layout.COUNT_DTYPE)
     data = xp.zeros((m, nt, slots), dtype=vals.dtype)
-    indices = xp.zeros((m, nt, slots), dtype=_layout.INDEX_DTYPE)
+    index_dtype = _layout.index_dtype(tile_width)
+    indices = xp.zeros((m, nt, slots), dtype=index_dtype)
     flat = slot_key * slots + rank[in_slot]
     data.reshape(-1)[flat] = vals[in_slot]
-    indices.reshape(-1)[flat] = (cols[in_slot] % tile_width).astype(_layout.INDEX_DTYPE)
+    indices.reshape(-1)[flat] = (cols[in_slot] % tile_width).astype(index_dtype)
     spill = ~in_slot
     overflow_indptr = exclusive_cumsum(count_sorted(rows[spill], m))
     return Parts(

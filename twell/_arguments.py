@@ -60,7 +60,7 @@ def operator_index(value, name):
 
 
 def check_tile_width(tile_width):
-    """Tile width: ``"auto"`` or an int in [1, 65536]. Returns the int or ``"auto"``."""
+    """Tile width: ``"auto"`` or an int in [1, 2**31 - 1]. Returns the int or ``"auto"``."""
     if isinstance(tile_width, str) and tile_width == "auto":
         return tile_width
     if isinstance(tile_width, (bool, np.bool_)) or not isinstance(tile_width, numbers.Integral):
@@ -74,8 +74,8 @@ def check_tile_width(tile_width):
 
 
 def check_slots(slots, tile_width):
-    """Slot count: ``"auto"`` or an int in [1, tile_width] (in [1, 65536] when the tile width
-    is ``"auto"``, which then takes tiles at least that wide). Returns the int or
+    """Slot count: ``"auto"`` or an int in [1, tile_width] (in [1, 2**31 - 1] when the tile
+    width is ``"auto"``, which then takes tiles at least that wide). Returns the int or
     ``"auto"``."""
     limit = _layout.MAX_TILE_WIDTH if tile_width == "auto" else tile_width
     if isinstance(slots, str):

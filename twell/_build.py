@@ -84,7 +84,7 @@ def _auto_dense_tiles(be, dense, slots):
     m, k = dense.shape
     widths = [_layout.GEMM_TILE_WIDTH]
     while widths[-1] < min(k, _layout.MAX_TILE_WIDTH):
-        widths.append(2 * widths[-1])
+        widths.append(min(2 * widths[-1], _layout.MAX_TILE_WIDTH))
     counts = be.tile_counts_dense(dense, widths[0])
     hists = [be.count_histogram(counts, widths[0] + 1)]
     for width in widths[1:] if m else []:  # no rows: every level's histogram is empty
@@ -99,7 +99,7 @@ def _auto_dense_tiles(be, dense, slots):
     checked = [_layout.checked_histogram(host[a:b], w)
                for a, b, w in zip(starts[:-1], starts[1:], widths, strict=True)]
     tile_width = _layout.auto_tile_width((m, k), _layout.histogram_nnz(checked[0]), slots)
-    level = min(len(widths) - 1, tile_width.bit_length() - widths[0].bit_length())
+    level = next((i for i, w in enumerate(widths) if w >= tile_width), len(widths) - 1)
     return tile_width, checked[level]
 
 

@@ -87,12 +87,12 @@ def _int_option(low, high=None):
 
 
 def _slots_option(text):
-    """argparse type of --slots: "auto" or an int in [1, 65536] (at most the tile width,
+    """argparse type of --slots: "auto" or an int in [1, 2**31 - 1] (at most the tile width,
     checked once that is known: :class:`_UsageError`)."""
     if text == "auto":
         return text
     try:
-        return _int_option(1, 65536)(text)
+        return _int_option(1, _layout.MAX_TILE_WIDTH)(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f'{exc} (or "auto")') from None
 
@@ -112,7 +112,7 @@ def _check_slots(slots, tile_width, source):
 
 
 def _layout_options(p, what):
-    p.add_argument("--tile-width", type=_int_option(1, 65536), metavar="T",
+    p.add_argument("--tile-width", type=_int_option(1, _layout.MAX_TILE_WIDTH), metavar="T",
                    help=f"columns per tile {what} (default: a twell file's own, else "
                         '"auto": 256 where rows average an entry or more per 256 columns, '
                         "else one tile as wide as the row)")

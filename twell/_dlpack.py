@@ -65,6 +65,7 @@ class TorchParts(NamedTuple):
     data : torch.Tensor, shape (M, n_tiles, slots)
         torch.float64, float32, float16 or bfloat16, as the matrix.
     indices : torch.Tensor of torch.uint16, shape (M, n_tiles, slots)
+        torch.int32 for tiles wider than 65536 columns.
     overflow_indptr : torch.Tensor of torch.int64, shape (M + 1,)
     overflow_indices : torch.Tensor of torch.int32, shape (overflow_nnz,)
     overflow_data : torch.Tensor, shape (overflow_nnz,)

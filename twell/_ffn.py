@@ -225,6 +225,10 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
         return _matmul(h.astype(out, copy=False), w_down.T)
     gate = matmul_to_twell(x, w_gate, activation, tile_width=tile_width, slots=slots)
     gate = gate.astype(out, copy=False)
+    if gate.tile_width > _layout.NARROW_TILE_WIDTH:
+        # The up projection's kernels read 16-bit columns within a tile: a gate of wider
+        # tiles (tile_width="auto" on a very wide, very sparse layer) is packed again.
+        gate = TwELLMatrix(gate, tile_width=_layout.NARROW_TILE_WIDTH)
     be = _backend.backend(xp)
     # The up projection at the gate's entries only; products that come out zero stay stored
     # in this intermediate, which only feeds the down projection (as a dense layer would).

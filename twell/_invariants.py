@@ -38,7 +38,7 @@ def validate_parts(parts, shape, tile_width):
 
     # Kinds, dtypes and shapes.
     _dtype("counts", counts, _layout.COUNT_DTYPE)
-    _dtype("indices", indices, _layout.INDEX_DTYPE)
+    _dtype("indices", indices, _layout.index_dtype(tile_width))
     _dtype("overflow_indptr", indptr, _layout.OVERFLOW_INDPTR_DTYPE)
     _dtype("overflow_indices", ocols, _layout.OVERFLOW_INDEX_DTYPE)
     if data.dtype not in SUPPORTED_DTYPES:
@@ -71,9 +71,13 @@ def validate_parts(parts, shape, tile_width):
     used = slot_mask(counts, slots)
     # Only the last tile can be narrower than tile_width: no array of n_tiles elements
     # (validation memory stays proportional to the storage arrays, whatever K is).
-    if tile_width < _layout.MAX_TILE_WIDTH:  # uint16 columns are all below 65536
+    if tile_width < _layout.NARROW_TILE_WIDTH:  # uint16 columns are all below 65536
         _expect((~used | (indices < np.uint16(tile_width))).all(),
                 f"indices: a slot column lies outside its tile (at or past "
+                f"tile_width={tile_width})")
+    elif tile_width > _layout.NARROW_TILE_WIDTH:  # int32 columns: no negative one either
+        _expect((~used | ((indices >= 0) & (indices < tile_width))).all(),
+                f"indices: a slot column lies outside its tile (negative, or at or past "
                 f"tile_width={tile_width})")
     if nt and m:
         last = k - (nt - 1) * tile_width

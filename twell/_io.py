@@ -18,11 +18,11 @@ field              dtype        value
 
 A TwELLMatrix adds ``tile_width`` (int64, 0-d) and its six storage arrays
 with their in-memory dtypes and shapes: ``counts`` (int32), ``data``,
-``indices`` (uint16), ``overflow_indptr`` (int64), ``overflow_indices``
-(int32), ``overflow_data``. An ELLMatrix adds ``data`` and ``indices``
-(int32). Value arrays have the dtype that ``dtype`` names, except
-bfloat16, which ``.npy`` cannot describe without pickling: its values are
-stored as their uint16 bit patterns.
+``indices`` (uint16, or int32 for tiles wider than 65536 columns),
+``overflow_indptr`` (int64), ``overflow_indices`` (int32), ``overflow_data``.
+An ELLMatrix adds ``data`` and ``indices`` (int32). Value arrays have the
+dtype that ``dtype`` names, except bfloat16, which ``.npy`` cannot describe
+without pickling: its values are stored as their uint16 bit patterns.
 
 An ``.npz`` file is a twell file when it has the field ``twell_format``
 (the member ``twell_format.npy``); ``scipy.sparse.save_npz`` files have a
@@ -422,7 +422,7 @@ def _read(npz, label):
 
         data = values("data", data_shape)
         slots = data.shape[2]
-        indices = f.array("indices", _layout.INDEX_DTYPE, _expect_shape(
+        indices = f.array("indices", _layout.index_dtype(tile_width), _expect_shape(
             data.shape, "the shape of data"))
         indptr = f.array("overflow_indptr", _layout.OVERFLOW_INDPTR_DTYPE, _expect_shape(
             (m + 1,), "(M + 1,)"))

@@ -27,8 +27,12 @@ import numpy as np
 #: ``tile_width="auto"`` takes wherever a row's entries average one or more per tile of it.
 GEMM_TILE_WIDTH = 256
 
-#: Largest tile width: columns within a tile are stored as uint16.
-MAX_TILE_WIDTH = 65536
+#: Widest tile whose columns within it are stored as uint16 (2 bytes a slot); wider tiles
+#: store them as int32 (:func:`index_dtype`).
+NARROW_TILE_WIDTH = 65536
+
+#: Largest tile width: one tile spans any row (columns are int32).
+MAX_TILE_WIDTH = 2**31 - 1
 
 #: ``slots="auto"`` picks the smallest slot count whose overflow holds at most
 #: this fraction of the non-zeros...
@@ -48,8 +52,8 @@ MAX_ROWS = MAX_COLUMNS
 #: Largest number of stored slots, ``M * n_tiles * slots``: the CUDA grid limit
 #: (2**31 - 1 blocks) times the 8 (row, tile) pairs a block of the pack and unpack
 #: kernels handles. Also bounds ``M * n_tiles`` (slots >= 1). About 1.7e10 slots, 64 GiB of
-#: bfloat16 values and uint16 columns; a request below it that does not fit in memory
-#: raises the allocator's MemoryError.
+#: bfloat16 values and uint16 columns (96 GiB with int32 columns); a request below it that
+#: does not fit in memory raises the allocator's MemoryError.
 MAX_STORED_SLOTS = (2**31 - 1) * 8
 
 #: ``tile_width="auto"`` and ``slots="auto"`` keep the storage arrays within this many times
@@ -64,9 +68,16 @@ PACKED_COMPRESSIONS = (2, 4, 8)
 
 # Dtypes of the index arrays.
 COUNT_DTYPE = np.dtype(np.int32)
-INDEX_DTYPE = np.dtype(np.uint16)
+INDEX_DTYPE = np.dtype(np.uint16)  # columns within tiles of at most NARROW_TILE_WIDTH
+WIDE_INDEX_DTYPE = np.dtype(np.int32)  # columns within wider tiles
 OVERFLOW_INDPTR_DTYPE = np.dtype(np.int64)
 OVERFLOW_INDEX_DTYPE = np.dtype(np.int32)
+
+
+def index_dtype(tile_width):
+    """Dtype of ``indices`` (columns within a tile): uint16 up to :data:`NARROW_TILE_WIDTH`
+    columns a tile, int32 beyond."""
+    return INDEX_DTYPE if tile_width <= NARROW_TILE_WIDTH else WIDE_INDEX_DTYPE
 
 
 def n_tiles(n_cols, tile_width):
@@ -176,7 +187,7 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
         ``numpy.bincount(..., minlength=...)`` may give) must be zero.
         ``numpy.bincount(A.tile_nnz().ravel())`` is the histogram of a matrix ``A``.
     tile_width : int
-        The tile width, in [1, 65536]; also the largest answer.
+        The tile width, in [1, 2**31 - 1]; also the largest answer.
     fraction : float
         Allowed share of non-zeros in the overflow, at least 0.
     max_factor : float or None
@@ -198,7 +209,7 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
         A tile width that is not an int, a histogram that does not hold integers, a
         fraction or factor that is not a real number.
     ValueError
-        A tile width outside [1, 65536], a histogram that is not 1-D, holds a negative
+        A tile width outside [1, 2**31 - 1], a histogram that is not 1-D, holds a negative
         count, a count of 2**63 or more, or pairs of more than ``tile_width`` non-zeros,
         a negative fraction, a factor below 1.
 
@@ -261,19 +272,27 @@ def auto_tile_width(shape, nnz, slots="auto"):
 
     :data:`GEMM_TILE_WIDTH` (256) where a row's entries average one or more per 256 columns
     (the activations of a ReLU layer, the reference's packed layout) or where ``K`` is at
-    most 256; otherwise one tile as wide as the row (the power of two at or above ``K``), up
-    to :data:`MAX_TILE_WIDTH`. A row of few entries spread over many columns (a stencil, a
+    most 256; otherwise one tile as wide as the row (the power of two at or above ``K``; at
+    most :data:`MAX_TILE_WIDTH`). A row of few entries spread over many columns (a stencil, a
     graph) then stores one count and one set of slots instead of a count and slots for every
-    narrow tile, most of them empty: the layout's bytes grow with the number of tiles. With
-    ``slots`` given, the tile is at least that wide.
+    narrow tile, most of them empty: the layout's bytes grow with the number of tiles. Past
+    :data:`NARROW_TILE_WIDTH` columns its columns take 4 bytes instead of 2, which costs less
+    than a second tile's count and slots. With ``slots`` given, the tile is at least that
+    wide.
     """
     m, k = shape
     width = GEMM_TILE_WIDTH
     if m and k > width and nnz * width < m * k:
-        width = min(MAX_TILE_WIDTH, 1 << (k - 1).bit_length())
+        width = _power_of_two_at_least(k)
     if slots != "auto":
-        width = max(width, min(MAX_TILE_WIDTH, 1 << (slots - 1).bit_length()))
+        width = max(width, _power_of_two_at_least(slots))
     return width
+
+
+def _power_of_two_at_least(n):
+    """The power of two at or above ``n``, at most :data:`MAX_TILE_WIDTH` (which is at
+    least ``n``)."""
+    return min(MAX_TILE_WIDTH, 1 << (n - 1).bit_length())
 
 
 def csr_bytes(shape, nnz, itemsize):
@@ -283,11 +302,13 @@ def csr_bytes(shape, nnz, itemsize):
 
 
 def storage_bytes(shape, tile_width, slots, n_over, itemsize):
-    """Bytes of the six storage arrays: ``M * n_tiles * (4 + slots * (itemsize + 2)) +
-    8 * (M + 1) + n_over * (4 + itemsize)``."""
+    """Bytes of the six storage arrays: ``M * n_tiles * (4 + slots * (itemsize + i)) +
+    8 * (M + 1) + n_over * (4 + itemsize)``, ``i`` the bytes of a column within a tile (2, or
+    4 for tiles wider than :data:`NARROW_TILE_WIDTH`)."""
     m, k = shape
+    index_size = index_dtype(tile_width).itemsize
     return (m * n_tiles(k, tile_width) * (COUNT_DTYPE.itemsize
-                                          + slots * (itemsize + INDEX_DTYPE.itemsize))
+                                          + slots * (itemsize + index_size))
             + OVERFLOW_INDPTR_DTYPE.itemsize * (m + 1)
             + n_over * (OVERFLOW_INDEX_DTYPE.itemsize + itemsize))
 

@@ -119,8 +119,9 @@ def from_torch_parts(parts, shape, tile_width=_layout.GEMM_TILE_WIDTH):
     ------
     TypeError
         ``parts`` is not a sequence of torch tensors, or a tensor has the
-        wrong dtype (``indices`` must be ``torch.uint16``: view an int16
-        tensor with ``.view(torch.uint16)``).
+        wrong dtype (``indices`` must be ``torch.uint16``, or ``torch.int32`` for
+        tiles wider than 65536 columns: view an int16 tensor with
+        ``.view(torch.uint16)``).
     ValueError
         Tensors on different devices, not six of them, or storage that breaks
         an invariant of the format (:meth:`TwELLMatrix.validate`; this

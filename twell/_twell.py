@@ -77,7 +77,7 @@ class TwELLMatrix(SparseMatrix):
         Entries held in the slots of each (row, tile), at most ``S``.
     data : ndarray, shape (M, n_tiles, S)
         Slot values; slots at and after the count hold zero.
-    indices : ndarray of uint16, shape (M, n_tiles, S)
+    indices : ndarray of uint16 (int32 when ``T > 65536``), shape (M, n_tiles, S)
         Column of each slot entry within its tile, sorted; unused slots zero.
     overflow_indptr : ndarray of int64, shape (M + 1,)
         CSR row pointer of the overflow part.
@@ -665,7 +665,8 @@ class TwELLMatrix(SparseMatrix):
             NumPy-backed matrix and on the matrix's GPU for a CuPy-backed one:
             ``counts`` torch.int32 (M, n_tiles); ``data`` (M, n_tiles, slots)
             of the matrix's dtype, bfloat16 as ``torch.bfloat16``; ``indices``
-            torch.uint16 (M, n_tiles, slots); ``overflow_indptr`` torch.int64
+            torch.uint16 (torch.int32 for tiles wider than 65536 columns)
+            (M, n_tiles, slots); ``overflow_indptr`` torch.int64
             (M + 1,); ``overflow_indices`` torch.int32 and ``overflow_data``
             of the matrix's dtype, one element per overflow entry.
 
@@ -692,7 +693,8 @@ class TwELLMatrix(SparseMatrix):
         tensors alone can be handed on, moved or saved as tensors.
 
         ``indices`` keeps the uint16 that twell stores, as ``torch.uint16``:
-        exact for every tile width up to 65536 and no copy. torch supports few
+        exact for every tile width up to 65536 and no copy (wider tiles store
+        int32, ``torch.int32``). torch supports few
         operations on uint16 tensors beyond copies and conversions:
         ``parts.indices.long()`` converts (a copy) for indexing or arithmetic,
         and ``parts.indices.view(torch.int16)`` (no copy) holds the same values

@@ -88,6 +88,36 @@ SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), 
 #: ``twell_spmv_thread_rows`` (a thread per row), the others ``twell_spmv_rows`` (a team).
 SPMV_LANES = (1, 32)
 
+#: Suffix of the module key of a source's instances for tiles wider than 65536 columns, whose
+#: columns within a tile are int (``indices`` int32); the narrow instances keep the default
+#: ``Index = unsigned short``. Compiled apart, so that a process that never sees such a tile
+#: never compiles them.
+WIDE = ":wide"
+
+#: Template arguments before ``Index`` of each kernel that reads or writes ``indices``, with
+#: the defaults that a narrow name expression may leave out.
+_BEFORE_INDEX = {"twell_pack_dense": (4, ("1",)), "twell_pack_csr": (1, ()),
+                 "twell_unpack_dense": (2, ()), "twell_rows_to_csr": (1, ()),
+                 "twell_spmm_rows": (6, ("false",)), "twell_spmv_rows": (2, ()),
+                 "twell_spmv_thread_rows": (2, ("false",))}
+
+
+def wide(expression):
+    """The instance of a narrow name expression for int columns within a tile:
+    ``twell_spmv_thread_rows<float>`` -> ``twell_spmv_thread_rows<float, false, int>``."""
+    name, _, rest = expression.partition("<")
+    args = [a.strip() for a in rest[:-1].split(",")]
+    count, defaults = _BEFORE_INDEX[name]
+    missing = count - len(args)
+    args += list(defaults[len(defaults) - missing:]) if missing else []
+    return f"{name}<{', '.join(args + ['int'])}>"
+
+
+def source_file(key):
+    """The ``.cu`` file of a module key of :data:`INSTANCES` (``spmm.cu:wide`` -> ``spmm.cu``)."""
+    return key.partition(":")[0]
+
+
 #: Every kernel instantiation, by source file.
 INSTANCES = {
     "pack.cu": _pack_dense() + _vectored("twell_pack_dense_overflow") + _typed("twell_pack_csr"),
@@ -114,6 +144,14 @@ INSTANCES = {
                + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16"],
 }
+#: The instances for wide tiles (:data:`WIDE`): those of the narrow table whose kernel reads or
+#: writes ``indices``, but the dense pack's staged shapes (a wide tile takes one pair per warp)
+#: and the tile index's (a row of wide tiles has few; the launchers walk its counts).
+INSTANCES.update({
+    f"{name}{WIDE}": [wide(e) for e in INSTANCES[name]
+                      if e.partition("<")[0] in _BEFORE_INDEX and not e.endswith("true>")
+                      and not (e.startswith("twell_pack_dense<") and not e.endswith(", 1>"))]
+    for name in ("pack.cu", "unpack.cu", "spmm.cu")})
 
 #: Sources for one architecture: name -> (NVRTC/nvcc ``-arch``, the device's compute
 #: capability as CuPy writes it). Their kernels are ``extern "C"`` (no name expressions).
@@ -165,10 +203,11 @@ def _inline(folder, name, out, seen):
 
 @functools.cache
 def module(name):
-    """The compiled ``cupy.RawModule`` of one source file (compiled once per process)."""
+    """The compiled ``cupy.RawModule`` of one key of :data:`INSTANCES`: a source file's
+    instances, or its wide ones (compiled once per process)."""
     import cupy
 
-    return cupy.RawModule(code=source_text(name), options=OPTIONS,
+    return cupy.RawModule(code=source_text(source_file(name)), options=OPTIONS,
                           name_expressions=INSTANCES[name])
 
 

@@ -38,15 +38,17 @@ def dense_vector(dense, tile_width):
     return vector_for(dense.dtype, dense.shape[1] % v == 0, tile_width % v == 0, aligned(dense))
 
 
-def empty_parts(m, nt, slots, dtype, zeroed=True, overflow=True):
+def empty_parts(m, nt, slots, dtype, zeroed=True, overflow=True, tile_width=None):
     """Parts of an ``M x n_tiles x slots`` layout: the slot arrays (zeros when ``zeroed``,
     else uninitialised), an empty overflow part (``overflow``) or none yet (its three arrays
-    None)."""
+    None). ``indices`` has the dtype of ``tile_width`` (uint16 when None: the fused GEMM's
+    256-column tiles)."""
     fill = cupy.zeros if zeroed else cupy.empty
+    index_dtype = _layout.INDEX_DTYPE if tile_width is None else _layout.index_dtype(tile_width)
     parts = Parts(
         fill((m, nt), dtype=_layout.COUNT_DTYPE),
         fill((m, nt, slots), dtype=dtype),
-        fill((m, nt, slots), dtype=_layout.INDEX_DTYPE),
+        fill((m, nt, slots), dtype=index_dtype),
         None, None, None,
     )
     return no_overflow(parts) if overflow else parts
@@ -83,6 +85,15 @@ def with_overflow(parts, row_starts, n_over):
         overflow_indices=cupy.empty(n_over, dtype=_layout.OVERFLOW_INDEX_DTYPE),
         overflow_data=cupy.empty(n_over, dtype=parts.data.dtype),
     )
+
+
+def indexed(source, expression, index_dtype):
+    """``(module key, name expression)`` of a kernel instance for ``indices`` of
+    ``index_dtype``: as given for uint16 columns within a tile, else its instance for int
+    columns (tiles wider than 65536 columns), compiled apart (:data:`_compile.WIDE`)."""
+    if index_dtype == _layout.INDEX_DTYPE:
+        return source, expression
+    return source + _compile.WIDE, _compile.wide(expression)
 
 
 def instance_n(kernel, dtype, *numbers):

@@ -24,6 +24,7 @@ from ._launch import (
     empty_parts,
     i32,
     i64,
+    indexed,
     instance,
     no_overflow,
     overflow_counter,
@@ -34,10 +35,11 @@ from ._reduce import count_buffer, overflow_offsets, read_counts
 
 
 @functools.cache
-def _pack_dense_kernel(dtype, vec, loads, overflow):
+def _pack_dense_kernel(dtype, vec, loads, overflow, index_dtype=_layout.INDEX_DTYPE):
     """``(kernel, pairs per warp)`` of ``pack.cu`` for dense ``dtype`` values read ``vec`` at a
     time, with tiles of ``loads`` warp-wide vector loads (``overflow``: kModeOverflow's
-    kernel). Kept: naming and finding the kernel cost the host microseconds a pack."""
+    kernel), writing ``indices`` of ``index_dtype``. Kept: naming and finding the kernel cost
+    the host microseconds a pack."""
     ctype = _compile.CTYPES[dtype]
     if overflow:
         return _compile.function("pack.cu", f"twell_pack_dense_overflow<{ctype}, {vec}>"), 32
@@ -52,7 +54,7 @@ def _pack_dense_kernel(dtype, vec, loads, overflow):
         expr = f"twell_pack_dense<{ctype}, {vec}, {per_warp}, {chunks}>"
     else:
         expr, per_warp = f"twell_pack_dense<{ctype}, {vec}, 1>", 1
-    return _compile.function("pack.cu", expr), per_warp
+    return _compile.function(*indexed("pack.cu", expr, index_dtype)), per_warp
 
 
 def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset, counter):
@@ -61,8 +63,10 @@ def _launch_pack_dense(dense, tile_width, slots, mode, totals, parts, offset, co
     if pairs == 0:
         return
     vec = dense_vector(dense, tile_width)
+    # The count pass writes no columns: its kernel is the narrow one whatever the width.
+    index_dtype = parts.indices.dtype if mode == MODE_SLOTS else _layout.INDEX_DTYPE
     kernel, per_warp = _pack_dense_kernel(dense.dtype, vec, -(-tile_width // (32 * vec)),
-                                          mode == MODE_OVERFLOW)
+                                          mode == MODE_OVERFLOW, index_dtype)
     # One warp per per_warp consecutive (row, tile) pairs. The block is BLOCK threads:
     # kPackWarps warps in pack.cu, whose shared staging is sized per warp (its
     # __launch_bounds__ refuses a larger block).
@@ -100,7 +104,8 @@ def pack_dense(dense, tile_width, slots, n_over=None):
     m, k = dense.shape
     nt = _layout.n_tiles(k, tile_width)
     # The overflow part is made after the launch: the kernel need not wait for its memset.
-    parts = empty_parts(m, nt, slots, dense.dtype, zeroed=False, overflow=False)
+    parts = empty_parts(m, nt, slots, dense.dtype, zeroed=False, overflow=False,
+                        tile_width=tile_width)
     totals = cupy.empty((m, nt), dtype=_layout.COUNT_DTYPE)
     # The overflow size known, the kernel's counter is not read, and no histogram is made.
     both, counter = count_buffer(tile_width) if n_over is None else (None, overflow_counter())
@@ -126,7 +131,10 @@ def _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, mode, tota
     m, k = shape
     if m == 0 or indices.size == 0:
         return
-    kernel = _compile.function("pack.cu", instance("twell_pack_csr", data.dtype))
+    # The count and overflow passes write no columns: their kernel is the narrow one.
+    index_dtype = parts.indices.dtype if mode == MODE_SLOTS else _layout.INDEX_DTYPE
+    kernel = _compile.function(*indexed("pack.cu", instance("twell_pack_csr", data.dtype),
+                                        index_dtype))
     # One warp per row.
     kernel(blocks(m, WARPS), (BLOCK,), (
         indptr, indices, data, i64(m), i64(k), i32(tile_width), i32(slots), i32(mode),
@@ -161,7 +169,7 @@ def pack_csr(indptr, indices, data, shape, tile_width, slots, n_over=None):
     indptr = cupy.ascontiguousarray(indptr, dtype=np.int64)
     indices = cupy.ascontiguousarray(indices, dtype=np.int32)
     data = cupy.ascontiguousarray(data)
-    parts = empty_parts(m, nt, slots, data.dtype)  # the kernel writes only used slots
+    parts = empty_parts(m, nt, slots, data.dtype, tile_width=tile_width)  # it writes used slots
     totals = cupy.zeros((m, nt), dtype=_layout.COUNT_DTYPE)
     counter = overflow_counter()
     _launch_pack_csr(indptr, indices, data, shape, tile_width, slots, MODE_SLOTS, totals,

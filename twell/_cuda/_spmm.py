@@ -6,9 +6,10 @@ gather kernel and the SpMV's lanes per row are chosen in :mod:`._policy`.
 
 import cupy
 
+from .. import _layout
 from .._dtypes import accumulator_dtype
 from . import _compile, _policy
-from ._launch import BLOCK, aligned, blocks, i32, i64, instance, instance_n, vector_for
+from ._launch import BLOCK, aligned, blocks, i32, i64, indexed, instance, instance_n, vector_for
 from ._reduce import nonfinite
 from ._unpack import to_dense
 
@@ -32,7 +33,9 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
     ``TwELLMatrix.index_tiles``), where :func:`._policy.index_pays`, the gather and SpMV
     kernels walk each row's listed tiles instead of all its counts (the ``Listed``
     instances: the same order of sums for the same shape; not the SpMV's team of 32, see
-    spmm.cu), and the shape rules read the longest row's tiles from it.
+    spmm.cu), and the shape rules read the longest row's tiles from it. Tiles wider than
+    65536 columns (int32 ``indices``) take the kernels' int instances and leave the tile index
+    alone (such a row has few tiles).
     """
     m, k = shape
     n = b.shape[1]
@@ -48,7 +51,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
             out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype,
                                          tile_index=tile_index)
         return out
-    if tile_index is not None and not _policy.index_pays(parts, m, tile_index):
+    wide = parts.indices.dtype != _layout.INDEX_DTYPE
+    if tile_index is not None and (wide or not _policy.index_pays(parts, m, tile_index)):
         tile_index = None
     way = _policy.spmm_way(m, k, n, out_dtype, nnz_hint)
     run_rows = cupy.ones((), dtype=bool)  # the gather kernels' gate: compute every row
@@ -69,11 +73,12 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
         if _policy.spmv_lanes(parts, m, tile_index) == 1:  # a thread per row (kSpmvBlock)
             expr, args = _listed_args(instance("twell_spmv_thread_rows", out_dtype), parts,
                                       tile_index)
-            kernel = _compile.function("spmm.cu", expr)
+            kernel = _compile.function(*indexed("spmm.cu", expr, parts.indices.dtype))
             kernel(blocks(m, BLOCK), (BLOCK,), (*common, *args, b, out))
         else:  # a team of 32 lanes per row, which reads its counts (spmm.cu: not the index)
             lanes = _compile.SPMV_LANES[-1]
-            kernel = _compile.function("spmm.cu", instance_n("twell_spmv_rows", out_dtype, lanes))
+            kernel = _compile.function(*indexed(
+                "spmm.cu", instance_n("twell_spmv_rows", out_dtype, lanes), parts.indices.dtype))
             kernel(blocks(m, BLOCK // lanes), (BLOCK,), (*common, b, out))
         return out
     vec = vector_for(out_dtype, n % _compile.vector_width(out_dtype) == 0, aligned(b, out))
@@ -94,7 +99,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
             i64(n), run_rows, i32(chunk.bit_length() - 1), partial))
     expr, args = _listed_args(instance_n("twell_spmm_rows", out_dtype, *shape), parts,
                               tile_index)
-    kernel = _compile.function("spmm.cu", expr)
+    kernel = _compile.function(*indexed("spmm.cu", expr, parts.indices.dtype))
     # One team of G lanes per (row, column block), one warp per block (__maxnreg__).
     kernel((-(-m // teams), column_blocks), (32,), (
         *common, *args, b, i64(n), run_rows, partial, i32(max(chunk.bit_length() - 1, 0)),

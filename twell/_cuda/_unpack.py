@@ -5,7 +5,18 @@ import numpy as np
 
 from .. import _layout
 from . import _compile
-from ._launch import BLOCK, MODE_COUNT, MODE_SLOTS, WARPS, blocks, dense_vector, i32, i64, instance
+from ._launch import (
+    BLOCK,
+    MODE_COUNT,
+    MODE_SLOTS,
+    WARPS,
+    blocks,
+    dense_vector,
+    i32,
+    i64,
+    indexed,
+    instance,
+)
 from ._reduce import scan
 
 
@@ -27,7 +38,8 @@ def to_dense(parts, shape, tile_width):
     pairs = parts.counts.size
     if pairs:
         vec = dense_vector(out, tile_width)
-        kernel = _compile.function("unpack.cu", instance("twell_unpack_dense", out.dtype, vec))
+        kernel = _compile.function(*indexed(
+            "unpack.cu", instance("twell_unpack_dense", out.dtype, vec), parts.indices.dtype))
         # One warp per (row, tile).
         kernel(blocks(pairs, WARPS), (BLOCK,), (
             parts.counts, parts.data, parts.indices, i64(m), i64(k), i32(tile_width),
@@ -45,7 +57,8 @@ def to_csr(parts, shape, tile_width):
     """
     m, k = shape
     row_nnz = cupy.empty(m, dtype=np.int64)
-    kernel = _compile.function("unpack.cu", instance("twell_rows_to_csr", parts.data.dtype))
+    kernel = _compile.function(*indexed(
+        "unpack.cu", instance("twell_rows_to_csr", parts.data.dtype), parts.indices.dtype))
 
     def launch(mode, row_info, indices, data):
         if m:  # one warp per row
