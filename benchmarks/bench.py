@@ -155,7 +155,8 @@ def build_parser(prog="bench.py"):
     g.add_argument("--sci-matrices", default="poisson,graph",
                    type=lambda s: _names(s, ("poisson", "graph"), "matrix"))
     g.add_argument("--sci-tile-widths", type=_ints,
-                   help="tile widths tried on the sci matrices (default 65536,4096,256)")
+                   help="tile widths tried on the sci matrices after the automatic one "
+                        "(default 65536,4096,256)")
     g.add_argument("--quick", action="store_true",
                    help="a ~1-minute subset: bf16/fp32 at 99%%/90%%, few sweep points, one hot "
                         "case, sci fp32 N=64, M and n scaled by 1/4, fewer reps")

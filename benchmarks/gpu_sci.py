@@ -33,7 +33,8 @@ def twell_estimate(bench, a, tile_width, itemsize):
     slots = twell.auto_slots(hist, tile_width)
     c = np.arange(hist.size)
     overflow = int((hist * np.maximum(c - slots, 0)).sum())
-    parts = pairs * (4 + slots * (itemsize + 2)) + overflow * (itemsize + 4) + (m + 1) * 8
+    column = 2 if tile_width <= 65536 else 4  # uint16 or int32 columns within a tile
+    parts = pairs * (4 + slots * (itemsize + column)) + overflow * (itemsize + 4) + (m + 1) * 8
     # Packing holds per-pair counts, totals and int64 offsets beside the parts, and a few
     # nnz-long index arrays (COO, sort keys); the timed conversion holds a second copy.
     peak = 2 * parts + pairs * 24 + nnz * 48
@@ -171,7 +172,8 @@ def run_sci_case(bench, case, base, dt, rhs_list, tile_widths, nbuf_rule):
     eq_sparse = ck.same_sparse(mats[0])
 
     layouts = []
-    for t in tile_widths:
+    # The width tile_width="auto" takes (one tile as wide as the row here) first.
+    for t in dict.fromkeys([twell.auto_tile_width(base.shape, nnz), *tile_widths]):
         try:
             layout = _sci_layout(bench, case, mats, t, rhs_list, eq_sparse)
         except Exception as exc:  # noqa: BLE001 - other tile widths may still fit
