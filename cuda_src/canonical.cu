@@ -34,6 +34,30 @@ constexpr int kCanonicalWarps = 8;
 
 __device__ inline unsigned lanes_below(int lane) { return (1u << lane) - 1u; }
 
+// CuPy compiles every RawModule with -ftz=true after twell's options, so a float `+` flushes
+// subnormal operands and sums to zero, where the host's sums keep them (the canonical form
+// must have the host's bits). add.rn.f32 written out carries no .ftz, and ptxas keeps it.
+__device__ inline float add_keeping_subnormals(float a, float b) {
+  float sum;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(sum) : "f"(a), "f"(b));
+  return sum;
+}
+__device__ inline double add_keeping_subnormals(double a, double b) { return a + b; }
+
+// A sum rounded to T. bfloat16 by its bits (to nearest, ties to even; a NaN stays a NaN), so
+// that no float conversion can flush a subnormal; the others as Value<T>::from_acc (a float32
+// subnormal is far below float16's smallest subnormal, and double is never flushed).
+template <typename T>
+__device__ inline T round_sum(typename Value<T>::Acc sum) { return Value<T>::from_acc(sum); }
+template <>
+__device__ inline __nv_bfloat16 round_sum<__nv_bfloat16>(float sum) {
+  const unsigned bits = __float_as_uint(sum);
+  const unsigned top = (bits & 0x7fffffffu) > 0x7f800000u
+                           ? (bits >> 16) | 0x40u                           // quiet NaN
+                           : (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;  // nearest even
+  return __ushort_as_bfloat16(static_cast<unsigned short>(top));
+}
+
 // Whether a[start .. end) is in non-decreasing order, i.e. sorted stably already (the same
 // answer in every lane).
 __device__ inline bool in_column_order(const int* __restrict__ a, long long start,
@@ -112,8 +136,9 @@ __device__ __forceinline__ long long canonical_entries(const int* col, const T* 
         long long j = i + 1;
         if (j < end && col[j] == c) {
           Acc sum = Value<T>::to_acc(v);
-          for (; j < end && col[j] == c; ++j) sum += Value<T>::to_acc(val[j]);
-          v = Value<T>::from_acc(sum);
+          for (; j < end && col[j] == c; ++j)
+            sum = add_keeping_subnormals(sum, Value<T>::to_acc(val[j]));
+          v = round_sum<T>(sum);
         }
         keep = is_nonzero(v);
       }

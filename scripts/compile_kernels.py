@@ -46,8 +46,10 @@ def main():
             own = _compile.ARCH_SOURCES.get(name)
             for arch in [own[0]] if own else archs:
                 print(f"== {name} {arch}", flush=True)
+                # The options CuPy builds it with at run time (-ftz=true appended).
                 returncode, report = _nvcc(args.nvcc, unit, arch,
-                                           unit.with_suffix(f".{arch}.cubin"))
+                                           unit.with_suffix(f".{arch}.cubin"),
+                                           _compile.build_options(name))
                 if returncode:
                     print(report)
                     failed.append(f"{name} ({arch})")
@@ -92,12 +94,12 @@ def _spills(report):
     return out
 
 
-def _nvcc(nvcc, source, arch, cubin):
-    """Compile ``source`` to ``cubin`` with twell's options and -I cuda_src; print the report
+def _nvcc(nvcc, source, arch, cubin, options):
+    """Compile ``source`` to ``cubin`` with ``options`` and -I cuda_src; print the report
     lines that contain one of ``_SHOWN`` (ptxas' registers and spills, errors); return
     (exit status, report).
     """
-    res = subprocess.run([nvcc, *_compile.OPTIONS, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
+    res = subprocess.run([nvcc, *options, f"-arch={arch}", "-cubin", "-Xptxas", "-v",
                           f"-I{ROOT / 'cuda_src'}", "-o", str(cubin), str(source)],
                          capture_output=True, text=True)
     report = res.stdout + res.stderr

@@ -429,3 +429,27 @@ def test_numpy_float64_scalar_promotes_like_numpy():
     want = (np.eye(3, dtype=np.float32) * np.float64(2)).dtype
     assert (a * np.float64(2)).dtype == want == F64
     assert (a * 2.0).dtype == F32
+
+
+@pytest.mark.parametrize("op", [np.multiply, np.true_divide], ids=["multiply", "divide"])
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+@given(bits=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=50),
+       scalar=st.sampled_from([3.0, -0.5, 1e-30, 7.0, 1e30, 1.5e-45, np.nan, np.inf]))
+def test_the_gpu_route_of_scalar_products_gives_numpys_bits(op, dtype, bits, scalar):
+    """The float64 route of scalar products and quotients (the GPU's: CuPy's float32 loops
+    flush subnormals) equals NumPy's own float32 and ml_dtypes' bfloat16 loops, bit for bit,
+    subnormals included."""
+    from twell import _dtypes, _numpy_backend
+
+    values = np.array(bits, dtype=np.uint32).view(np.float32)
+    if dtype == BF16:
+        values = (np.array(bits, dtype=np.uint32) >> 16).astype(np.uint16).view(BF16)
+    s = np.asarray(scalar).astype(dtype)[()]
+    with np.errstate(all="ignore"):
+        want = op(values, s)
+        got = _dtypes.through_float64_map(op, values, s, _numpy_backend.cast)
+    assert got.dtype == want.dtype == dtype
+    nan = np.isnan(want.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), nan)
+    view = np.uint32 if dtype == F32 else np.uint16
+    np.testing.assert_array_equal(got.view(view)[~nan], want.view(view)[~nan])

@@ -70,6 +70,7 @@ def result_dtype(a, b):
 SIXTEEN_BIT = (np.dtype(np.float16), bfloat16)
 
 _FLOAT32 = np.dtype(np.float32)
+_FLOAT64 = np.dtype(np.float64)
 
 
 def astype_dtype(dtype, name="dtype"):
@@ -162,6 +163,12 @@ def scalar_result_dtype(dtype, scalar):
     return result_dtype(dtype, np.dtype(scalar.dtype))
 
 
+#: Operations whose float32 result is their float64 result rounded once to float32: the
+#: product of two float32 values is exact in float64, and a quotient rounded to float64 and
+#: then to float32 rounds as once (53 >= 2 * 24 + 2 bits).
+_EXACT_THROUGH_FLOAT64 = (np.multiply, np.true_divide)
+
+
 def scalar_map(op, scalar, dtype, cast):
     """``values -> op(values, scalar)`` rounded as NumPy rounds it for the result dtype.
 
@@ -171,6 +178,10 @@ def scalar_map(op, scalar, dtype, cast):
     round once, as ml_dtypes' loops do. ``cast`` is the backend's cast
     (:func:`twell._numpy_backend.cast`), which keeps subnormals.
 
+    On the GPU, CuPy's float32 loops flush subnormal operands and results to zero (CuPy
+    compiles them with ``-ftz=true``); there a float32 or bfloat16 product or quotient is
+    computed in float64 and rounded to float32 by ``cast``, which gives NumPy's bits.
+
     Returns ``(function of the values, result dtype)``.
     """
     if getattr(scalar, "ndim", None) == 0 and hasattr(scalar, "get"):
@@ -178,14 +189,28 @@ def scalar_map(op, scalar, dtype, cast):
     out = scalar_result_dtype(dtype, scalar)
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.asarray(scalar).astype(out)[()]  # the weak scalar rounded as NumPy rounds it
+    through_float64 = out in (_FLOAT32, bfloat16) and op in _EXACT_THROUGH_FLOAT64
     if out == bfloat16:
         s32 = np.float32(s)
 
-        def fn(values):
+        def host(values):
             return cast(op(cast(values, _FLOAT32), s32), out)
     else:
 
-        def fn(values):
+        def host(values):
             return op(values if values.dtype == out else cast(values, out), s)
 
+    def fn(values):
+        if isinstance(values, np.ndarray) or not through_float64:
+            return host(values)
+        return through_float64_map(op, values, s, cast)
+
     return fn, out
+
+
+def through_float64_map(op, values, s, cast):
+    """``op(values, s)`` for float32 or bfloat16 ``values`` and a scalar ``s`` of their dtype,
+    computed in float64 and rounded by ``cast`` (float64 -> float32 -> the values' dtype, as
+    NumPy's and ml_dtypes' loops round), for an op of :data:`_EXACT_THROUGH_FLOAT64`."""
+    narrow = cast(op(cast(values, _FLOAT64), np.float64(s)), _FLOAT32)
+    return narrow if values.dtype == _FLOAT32 else cast(narrow, values.dtype)

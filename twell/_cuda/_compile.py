@@ -158,8 +158,20 @@ INSTANCES.update({
 ARCH_SOURCES = {"matmul_pack_sm90.cu": ("sm_90a", "90")}
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
-#: are values like any other (and non-zeros).
+#: are values like any other (and non-zeros). But CuPy appends ``-ftz=true`` to the options of
+#: every RawModule it compiles (:data:`CUPY_APPENDED`), and the last one wins: float32
+#: arithmetic in those kernels flushes subnormal operands and results, so the kernels that
+#: must keep them (the casts, the sums of the canonical form) keep them explicitly. The
+#: ARCH_SOURCES, compiled by NVRTC directly (:func:`nvrtc_module`), take OPTIONS as they are.
 OPTIONS = ("-std=c++17", "-ftz=false")
+
+#: What CuPy's compile appends to a RawModule's options.
+CUPY_APPENDED = ("-ftz=true",)
+
+
+def build_options(name):
+    """The options a module key of :data:`INSTANCES` is compiled with at run time."""
+    return OPTIONS if source_file(name) in ARCH_SOURCES else OPTIONS + CUPY_APPENDED
 
 
 def source_dir():
