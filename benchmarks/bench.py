@@ -66,7 +66,7 @@ from workloads import (  # noqa: E402
 import twell  # noqa: E402
 
 GPU_OPS = ("pack", "gemm+pack", "gated ffn", "csr->twell", "twell->csr", "twell->dense", "spmm",
-           "spmv")
+           "spmv", "cg", "gmres")
 CPU_OPS = tuple(CPU_TARGETS)
 OPS = GPU_OPS + tuple(op for op in CPU_OPS if op not in GPU_OPS)
 WORKLOADS = ("ffn", "sweep", "hot", "sci")

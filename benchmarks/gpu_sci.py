@@ -8,6 +8,7 @@ import numpy as np
 from arrays import RNG, SHORT, acc_dtype, cast, csr_nbytes, rows_of, short_error, widen
 from checks import Checks
 from contenders import to_torch
+from gpu_solve import run_solvers
 
 import twell
 
@@ -190,6 +191,11 @@ def run_sci_case(bench, case, base, dt, rhs_list, tile_widths, nbuf_rule):
             bench, case, mats, tcsr, a64, layouts, dt, r, g), param=f"N={nrhs}")
         bench.dev.release()
     bench.guarded(case, "spmv", lambda: _sci_spmv(bench, case, mats, tcsr, a64, layouts, dt, g))
+    bench.dev.release()
+    for op in ("cg", "gmres"):  # run_solvers times both; guarded by either op
+        if op in bench.ops:
+            bench.guarded(case, op, lambda: run_solvers(bench, case, base, dt))
+            break
 
 
 def _sci_spmv(bench, case, mats, tcsr, a64, layouts, dt, g):

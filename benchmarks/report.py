@@ -99,7 +99,7 @@ def _line(columns, cells):
 #: The families of the GPU table's columns, in order.
 GPU_FAMILIES = ("dense", "cupyx", "torch", "ref")
 GPU_ORDER = ("pack", "gemm+pack", "gated ffn", "csr->twell", "twell->csr", "twell->dense",
-             "spmv", "spmm")
+             "spmv", "spmm", "cg", "gmres")
 GPU_COLUMNS = (("op", 12, "<"), ("wl", 5, "<"), ("dt", 4, "<"), ("case", 13, "<"),
                ("variant", 19, "<"), ("twell", 8, ">"), ("dense", 8, ">"), ("cupyx", 8, ">"),
                ("torch", 8, ">"), ("ref", 8, ">"), ("xdense", 6, ">"), ("xcupyx", 6, ">"),
