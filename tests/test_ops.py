@@ -116,7 +116,9 @@ def test_scalar_multiplication_in_narrow_dtypes(backend, dtype, scalar, case):
     a = make(backend, case, dtype)
     stored = cast(dense_from_parts(a), dtype)
     with np.errstate(all="ignore"):
-        want = np.where(stored != 0, stored * scalar, 0.0)  # implicit zeros stay
+        # The scalar in the matrix's dtype, NEP 50's rule, written out: some ml_dtypes
+        # releases promote bfloat16 with a Python float to float64 instead.
+        want = np.where(stored != 0, stored * np.asarray(scalar).astype(dtype)[()], 0.0)
     b = a * scalar
     assert b.dtype == dtype
     b.validate()
@@ -432,22 +434,25 @@ def test_numpy_float64_scalar_promotes_like_numpy():
 
 
 @pytest.mark.parametrize("op", [np.multiply, np.true_divide], ids=["multiply", "divide"])
-@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("values_dtype, dtype", [(F32, F32), (BF16, BF16), (BF16, F32),
+                                                 (F16, F32)],
+                         ids=["f32", "bf16", "bf16*np.f32", "f16*np.f32"])
 @given(bits=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=50),
        scalar=st.sampled_from([3.0, -0.5, 1e-30, 7.0, 1e30, 1.5e-45, np.nan, np.inf]))
-def test_the_gpu_route_of_scalar_products_gives_numpys_bits(op, dtype, bits, scalar):
+def test_the_gpu_route_of_scalar_products_gives_numpys_bits(op, values_dtype, dtype, bits,
+                                                             scalar):
     """The float64 route of scalar products and quotients (the GPU's: CuPy's float32 loops
     flush subnormals) equals NumPy's own float32 and ml_dtypes' bfloat16 loops, bit for bit,
-    subnormals included."""
+    subnormals included, in the promoted dtype for 16-bit values and a float32 scalar."""
     from twell import _dtypes, _numpy_backend
 
     values = np.array(bits, dtype=np.uint32).view(np.float32)
-    if dtype == BF16:
-        values = (np.array(bits, dtype=np.uint32) >> 16).astype(np.uint16).view(BF16)
+    if values_dtype != F32:
+        values = (np.array(bits, dtype=np.uint32) >> 16).astype(np.uint16).view(values_dtype)
     s = np.asarray(scalar).astype(dtype)[()]
     with np.errstate(all="ignore"):
         want = op(values, s)
-        got = _dtypes.through_float64_map(op, values, s, _numpy_backend.cast)
+        got = _dtypes.through_float64_map(op, values, s, _numpy_backend.cast, dtype)
     assert got.dtype == want.dtype == dtype
     nan = np.isnan(want.astype(np.float64))
     np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), nan)

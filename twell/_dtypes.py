@@ -203,14 +203,16 @@ def scalar_map(op, scalar, dtype, cast):
     def fn(values):
         if isinstance(values, np.ndarray) or not through_float64:
             return host(values)
-        return through_float64_map(op, values, s, cast)
+        return through_float64_map(op, values, s, cast, out)
 
     return fn, out
 
 
-def through_float64_map(op, values, s, cast):
-    """``op(values, s)`` for float32 or bfloat16 ``values`` and a scalar ``s`` of their dtype,
-    computed in float64 and rounded by ``cast`` (float64 -> float32 -> the values' dtype, as
-    NumPy's and ml_dtypes' loops round), for an op of :data:`_EXACT_THROUGH_FLOAT64`."""
+def through_float64_map(op, values, s, cast, out=None):
+    """``op(values, s)`` in the result dtype ``out`` (float32 or bfloat16; default the
+    values' dtype) for values that convert to it exactly and a scalar ``s`` of that dtype,
+    computed in float64 and rounded by ``cast`` (float64 -> float32 -> bfloat16, as NumPy's
+    and ml_dtypes' loops round), for an op of :data:`_EXACT_THROUGH_FLOAT64`."""
+    out = values.dtype if out is None else np.dtype(out)
     narrow = cast(op(cast(values, _FLOAT64), np.float64(s)), _FLOAT32)
-    return narrow if values.dtype == _FLOAT32 else cast(narrow, values.dtype)
+    return narrow if out == _FLOAT32 else cast(narrow, out)

@@ -180,6 +180,32 @@ class SparseArrayAPI:
         dtype = _dtypes.scipy_dtype(self.dtype)
         return (self if dtype == self.dtype else self.astype(dtype, copy=False)).tocsr()
 
+    def _csr_op(self, fn, other):
+        """``fn(C, other)`` for this matrix's CSR ``C`` (:meth:`_via_csr`): an element-wise
+        operation through the CSR type of the array library.
+
+        cupyx's element-wise operations divide by the operands' row and column counts, and
+        its sparse sum allocates what cuSPARSE reports for an empty matrix (garbage): where
+        an operand has no elements on the GPU, the result is cupyx's type and dtype for
+        1 x 1 operands of the same types and dtypes, empty, of the broadcast shape.
+        """
+        shape = getattr(other, "shape", ())
+        if self._xp is np or (math.prod(self.shape) and math.prod(shape)):
+            return fn(self._via_csr(), other)
+        cs = _arrays.cupyx_sparse()
+        one = cs.csr_matrix((1, 1), dtype=_dtypes.scipy_dtype(self.dtype))
+        if _is_sparse(other):
+            probe = cs.csr_matrix((1, 1), dtype=other.dtype)
+        elif _is_dense(other) and other.ndim:
+            probe = self._xp.zeros((1,) * other.ndim, other.dtype)
+        else:
+            probe = other
+        result = fn(one, probe)
+        shape = np.broadcast_shapes(self.shape, tuple(shape))
+        if _arrays.is_cupyx_sparse(result):
+            return type(result)(shape, dtype=result.dtype)
+        return self._xp.zeros(shape, result.dtype)
+
     def _scalar_op(self, op, scalar):
         fn, _ = _dtypes.scalar_map(op, scalar, self.dtype, self._cast)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -414,8 +440,11 @@ class SparseArrayAPI:
         """Sum of the elements (a scalar, ``axis=None``) or along an axis (a 1-D array).
 
         Natively, accumulated in float64 in a fixed order (deterministic on both backends),
-        rounded once to ``dtype`` (default: the matrix's). ``out``: an array of the result's
-        shape to write into, as in scipy.
+        rounded once to ``dtype`` (default: the matrix's). An integer or boolean ``dtype``
+        applies to the elements before they are summed, as in NumPy and scipy (1.18 on):
+        ``sum(dtype=int)`` of 0.6 and 0.7 is 0, and the float64 sum of the truncated elements
+        is exact while it stays within 2**53. ``out``: an array of the result's shape to
+        write into, as in scipy.
 
         See Also
         --------
@@ -423,7 +452,13 @@ class SparseArrayAPI:
         """
         axis = _axis(axis)
         dtype = self.dtype if dtype is None else np.dtype(dtype)
-        return _finish(self._sum(axis), dtype, out, _reduced_shape(self.shape, axis),
+        a = self
+        if dtype.kind in "biu":
+            # NumPy's float -> bool and float -> integer casts, kept as float64 values.
+            a = self.astype(np.float64, copy=False)
+            a = a._map_values((lambda v: (v != 0).astype(v.dtype)) if dtype.kind == "b"
+                              else self._xp.trunc)
+        return _finish(a._sum(axis), dtype, out, _reduced_shape(self.shape, axis),
                        self._cast)
 
     def mean(self, axis=None, dtype=None, out=None):
@@ -549,10 +584,10 @@ class SparseArrayAPI:
         if _is_scalar(other) or _dtypes.is_number(other):
             return self._scalar_op(np.multiply, _dtypes.check_scalar(other, "*"))
         if _is_sparse(other):
-            return self._via_csr().multiply(_as_csr(other))
+            return self._csr_op(lambda a, b: a.multiply(b), _as_csr(other))
         if not _is_dense(other) and _unknown(other):
             return NotImplemented
-        return self._via_csr().multiply(other)
+        return self._csr_op(lambda a, b: a.multiply(b), other)
 
     def __mul__(self, other):
         return self.multiply(other)
@@ -564,24 +599,24 @@ class SparseArrayAPI:
         if _is_scalar(other) or _dtypes.is_number(other):
             return self._scalar_op(np.true_divide, _dtypes.check_scalar(other, "/"))
         if _is_sparse(other):
-            return self._via_csr() / _as_csr(other)
+            return self._csr_op(operator.truediv, _as_csr(other))
         if not _is_dense(other) and _unknown(other):
             return NotImplemented
-        return self._via_csr() / other
+        return self._csr_op(operator.truediv, other)
 
     def __rtruediv__(self, other):
         if _is_sparse(other):  # a scipy/cupyx matrix, whose __truediv__ did not know twell's
-            return _as_csr(other) / self._via_csr()
+            return self._csr_op(lambda a, b: b / a, _as_csr(other))
         # As in scipy: dividing a scalar or a dense array by a sparse matrix is not offered.
         return NotImplemented
 
     def maximum(self, other):
         """Element-wise maximum with a scalar, dense or sparse operand, through CSR."""
-        return self._via_csr().maximum(_as_csr(other))
+        return self._csr_op(lambda a, b: a.maximum(b), _as_csr(other))
 
     def minimum(self, other):
         """Element-wise minimum with a scalar, dense or sparse operand, through CSR."""
-        return self._via_csr().minimum(_as_csr(other))
+        return self._csr_op(lambda a, b: a.minimum(b), _as_csr(other))
 
     # -- addition -------------------------------------------------------------
 
@@ -610,7 +645,7 @@ class SparseArrayAPI:
         if _is_sparse(other):
             if tuple(other.shape) != self.shape:
                 raise ValueError(f"inconsistent shapes: {self.shape} and {other.shape}")
-            return self._via_csr() + _as_csr(other)
+            return self._csr_op(operator.add, _as_csr(other))
         if _is_dense(other):
             other = self._dense_operand(other)
             # Natively: the dense operand plus the entries, in NumPy's result dtype.
@@ -636,7 +671,7 @@ class SparseArrayAPI:
         if _is_sparse(other):
             if tuple(other.shape) != self.shape:
                 raise ValueError(f"inconsistent shapes: {self.shape} and {other.shape}")
-            return self._via_csr() - _as_csr(other)
+            return self._csr_op(operator.sub, _as_csr(other))
         if _is_dense(other):
             return self._dense_op(operator.sub, self.toarray(), self._dense_operand(other))
         return NotImplemented
@@ -645,7 +680,7 @@ class SparseArrayAPI:
         if _is_sparse(other):  # a scipy/cupyx matrix, whose __sub__ did not know twell's
             if tuple(other.shape) != self.shape:
                 raise ValueError(f"inconsistent shapes: {other.shape} and {self.shape}")
-            return _as_csr(other) - self._via_csr()
+            return self._csr_op(lambda a, b: b - a, _as_csr(other))
         if _is_scalar(other):
             if other == 0:
                 return -self
@@ -666,10 +701,10 @@ class SparseArrayAPI:
                 if op in (operator.eq, operator.ne):
                     return op is operator.ne  # scipy's answer for unequal shapes
                 raise ValueError(f"inconsistent shapes: {self.shape} and {other.shape}")
-            return op(self._via_csr(), _as_csr(other))
+            return self._csr_op(op, _as_csr(other))
         if not (_is_dense(other) or _is_scalar(other)) and _unknown(other):
             return NotImplemented
-        return op(self._via_csr(), other)
+        return self._csr_op(op, other)
 
     def __eq__(self, other):
         return self._comparison(other, operator.eq)

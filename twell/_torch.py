@@ -156,8 +156,12 @@ def from_torch_parts(parts, shape, tile_width=_layout.GEMM_TILE_WIDTH):
             f"{Parts._fields}; got {type(parts).__name__} (twell.from_torch packs a dense "
             "tensor)"
         )
-    names = [f"parts.{Parts._fields[i]}" if i < len(Parts._fields) else f"parts[{i}]"
-             for i in range(len(parts))]
+    if len(parts) != len(Parts._fields):
+        raise ValueError(
+            f"parts must be a tuple of the {len(Parts._fields)} storage arrays "
+            f"{Parts._fields}; got a tuple of {len(parts)}"
+        )
+    names = [f"parts.{name}" for name in Parts._fields]
     for tensor, name in zip(parts, names, strict=True):
         _check_tensor(torch, tensor, name)
     devices = sorted({str(t.device) for t in parts})

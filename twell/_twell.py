@@ -3,7 +3,17 @@
 import numpy as np
 import scipy.sparse as sp
 
-from . import _algorithms, _arrays, _backend, _convert, _host, _layout, _numpy_backend, _packed
+from . import (
+    _algorithms,
+    _arrays,
+    _backend,
+    _convert,
+    _dlpack,
+    _host,
+    _layout,
+    _numpy_backend,
+    _packed,
+)
 from ._algorithms import Parts
 from ._arguments import check_shape, check_slots, check_tile_width
 from ._base import SparseMatrix
@@ -712,11 +722,14 @@ class TwELLMatrix(SparseMatrix):
         >>> p.indices.dtype, p.counts.data_ptr() == a.counts.ctypes.data  # doctest: +SKIP
         (torch.uint16, True)
         """
+        _dlpack._torch()  # before the matrix changes: without PyTorch it stays as it is
         if self._xp is np and not self._shared:
             # The tensors may be written: the storage becomes the caller's to share, and
-            # the compressed rows, which could then disagree with it, go.
+            # the compressed rows, which could then disagree with it, go (after the storage
+            # is built from them).
+            parts = self._parts
             self._csr = None
-            for a in self._parts:
+            for a in parts:
                 a.flags.writeable = True
             self._shared = True
         return parts_to_torch(self._parts)
