@@ -24,9 +24,16 @@ GMRES_RESTART = 20
 #: Relative residuals the to-convergence solves stop at, by dtype, and their iteration cap.
 SOLVE_RTOL = {np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-6}
 SOLVE_MAX_ITERS = 5000
-#: Relative difference allowed between the two formats' residuals after SOLVE_ITERS
-#: iterations (their products round differently; the iterates drift apart slowly).
-RESIDUAL_TOL = {np.dtype(np.float32): 5e-2, np.dtype(np.float64): 1e-6}
+#: GMRES: the relative difference allowed between the two formats' residuals after
+#: SOLVE_ITERS iterations (their products round differently, and GMRES's residual, minimal
+#: over the Krylov space, drifts slowly with them).
+RESIDUAL_TOL = {np.dtype(np.float32): 5e-2, np.dtype(np.float64): 1e-4}
+#: CG: the factor allowed between the two residuals, either way. CG's residual is not
+#: monotone: on the graph's Laplacian (condition ~1e5) it swings by 10x from one iteration to
+#: the next, and rounding shifts the swings, so at a fixed iteration the two formats' differ
+#: by tens of percent in float64 while they reach SOLVE_RTOL in the same products (the rows'
+#: ``products_to_rtol``, the check of equal convergence).
+CG_RESIDUAL_FACTOR = 2.0
 
 
 def laplacian(xp, sp, a):
@@ -91,11 +98,14 @@ def run_solvers(bench, case, base, dt):
         def timed(matrix, solver=solver, extra=extra, maxiter=maxiter):
             return lambda _: _solve(solver, matrix, b, 0.0, maxiter, **extra)
 
-        def check(x, ref=ref, dt=dt):
+        def check(x, ref=ref, dt=dt, name=name):
             res = residual(x)
             if "csr" not in ref:  # the CSR row runs first: its residual is the reference
                 ref["csr"] = res
-                return 0.0, RESIDUAL_TOL[dt]
+                return 0.0, 0.0
+            if name == "cg":  # the ratio's excess over 1, either way
+                ratio = max(res, 1e-300) / max(ref["csr"], 1e-300)
+                return max(ratio, 1 / ratio) - 1, CG_RESIDUAL_FACTOR - 1
             return abs(res - ref["csr"]) / max(ref["csr"], 1e-300), RESIDUAL_TOL[dt]
 
         param = f"{iters} iterations"

@@ -437,11 +437,14 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
 // graph at tile width 4096 (245 tiles a row, 15 listed), while the thread kernel's 31 rounds
 // of 8 counts become one (docs/design.rst, the SpMV).
 constexpr int kSpmvLoads = 4;  // entries, and then their x values, a lane reads at once
+// The same for a row's one tile (tile_width >= K, as tile_width="auto" gives rows of few
+// entries): the stencil's 5 entries in one round of dependent loads, not two.
+constexpr int kSpmvOneTileLoads = 8;
 
 // The lane's share of sum_j values[j] * x[column(j)] over j0 <= j < j1: entries
-// j0 + lane, j0 + lane + G, ..., kSpmvLoads of them in flight, added in that order (every
-// lane of the team calls it, with the same j0 and j1; nothing is shuffled).
-template <typename T, int G, typename Column>
+// j0 + lane, j0 + lane + G, ..., Loads of them in flight, added in that order whatever
+// Loads is (every lane of the team calls it, with the same j0 and j1; nothing is shuffled).
+template <typename T, int G, typename Column, int Loads = kSpmvLoads>
 __device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, long long j0,
                                                         long long j1,
                                                         const T* __restrict__ values,
@@ -449,17 +452,17 @@ __device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, l
                                                         const T* __restrict__ x) {
   using Acc = typename Value<T>::Acc;
   Acc acc = Acc(0);
-  for (; j0 < j1; j0 += kSpmvLoads * G) {
-    Acc products[kSpmvLoads];
+  for (; j0 < j1; j0 += Loads * G) {
+    Acc products[Loads];
 #pragma unroll
-    for (int k = 0; k < kSpmvLoads; ++k) {
+    for (int k = 0; k < Loads; ++k) {
       const long long j = j0 + k * G + team.lane;
       // Past the run nothing is read or multiplied (0 * Inf would be NaN).
       products[k] = j < j1 ? Value<T>::to_acc(values[j]) * Value<T>::to_acc(x[column(j)])
                            : Acc(0);
     }
 #pragma unroll
-    for (int k = 0; k < kSpmvLoads; ++k) acc += products[k];
+    for (int k = 0; k < Loads; ++k) acc += products[k];
   }
   return acc;
 }
@@ -546,6 +549,13 @@ twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ dat
     if constexpr (Listed) {
       q0 = list_indptr[row];
       q1 = list_indptr[row + 1];
+    }
+    if (!Listed && tiles == 1) {  // one tile: its count, then its entries 8 at a time
+      const auto column = [&](long long j) { return static_cast<int>(indices[j]); };
+      const long long base = row * slots;
+      acc = dot_run<T, 1, decltype(column), kSpmvOneTileLoads>(self, base, base + row_counts[0],
+                                                               data, column, x);
+      q1 = 0;
     }
     for (; q0 < q1; q0 += kSpmvCountsAhead) {
       long long t[kSpmvCountsAhead];

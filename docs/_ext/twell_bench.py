@@ -301,6 +301,40 @@ def op_table(result, op, workloads=None, dtypes=None, variants=("auto",), copy=F
     return (header, body) if body else None
 
 
+SOLVERS = ("cg", "gmres")
+
+
+def solver_table(result):
+    """(header, rows) of the iterative solvers (ops ``cg`` and ``gmres`` of the sci workload):
+    GPU time per iteration with the TwELLMatrix and with cupyx's CSR, and the matrix-vector
+    products each took to the relative residual ``rtol``; None without such rows."""
+    header = ["matrix", "dtype", "solver", "twell layout", "twell (ms / iteration)",
+              "cupyx CSR (ms / iteration)", "vs cupyx CSR", "products to rtol (twell / CSR)"]
+    body = []
+    for solver in SOLVERS:
+        for g in groups(result.rows, solver, ("sci",)):
+            tw = next((r for r in g if r.get("family") == "twell"), None)
+            csr = next((r for r in g if r.get("family") == "cupyx"), None)
+            if tw is None or csr is None or tw.get("status") not in TIMED:
+                continue
+            per_tw, per_csr = tw.get("ms_per_iteration"), csr.get("ms_per_iteration")
+            mark = "!" if tw.get("status") == "wrong" else ""
+
+            def products(r):
+                n = r.get("products_to_rtol")
+                return "not reached" if n is None else str(n)
+            rtol = tw.get("rtol")
+            body.append([
+                MATRICES.get(tw.get("matrix"), tw.get("matrix") or ""), tw.get("dtype") or "",
+                solver, layout_text(tw),
+                f"{per_tw:.3f}{mark}" if per_tw else NONE,
+                f"{per_csr:.3f}" if per_csr else NONE,
+                fmt_ratio(per_csr / per_tw) if per_tw and per_csr else NONE,
+                f"{products(tw)} / {products(csr)}" + (f" (rtol {rtol:g})" if rtol else ""),
+            ])
+    return (header, body) if body else None
+
+
 def pivot_table(result):
     """(header, rows) of a twell-bench/1 result: one row per operation, one column per matrix,
     each cell the best other contender's time over twell's (``slots="auto"`` where it has it,
@@ -644,7 +678,10 @@ def table_lines(results, suite, options):
     for r in found:
         if r.schema == SCHEMA:
             op = options.get("op")
-            if op:
+            if op == "solve":
+                table = solver_table(r)
+                title = f"Iterative solvers (cupyx.scipy.sparse.linalg), {r.device}"
+            elif op:
                 table = op_table(r, op, options.get("workloads"), options.get("dtypes"),
                                  tuple(options.get("variants") or ("auto",)),
                                  "copy" in options, "include-models" in options)

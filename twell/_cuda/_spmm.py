@@ -55,7 +55,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
     if tile_index is not None and (wide or not _policy.index_pays(parts, m, tile_index)):
         tile_index = None
     way = _policy.spmm_way(m, k, n, out_dtype, nnz_hint)
-    run_rows = cupy.ones((), dtype=bool)  # the gather kernels' gate: compute every row
+    run_rows = None  # the gather kernels' gate (below: every row, unless set here)
     out = None
     if way == "dense":
         try:
@@ -81,6 +81,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
                 "spmm.cu", instance_n("twell_spmv_rows", out_dtype, lanes), parts.indices.dtype))
             kernel(blocks(m, BLOCK // lanes), (BLOCK,), (*common, b, out))
         return out
+    if run_rows is None:  # not for the SpMV above: a fill kernel per product in a solver
+        run_rows = cupy.ones((), dtype=bool)
     vec = vector_for(out_dtype, n % _compile.vector_width(out_dtype) == 0, aligned(b, out))
     shape = (vec, *_policy.rows_shape(n, out_dtype, _policy.short_rows(parts, m, tile_index)))
     column_blocks = int(-(-n // (shape[0] * shape[1] * shape[2])))  # vec * G * C columns each
