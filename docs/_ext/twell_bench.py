@@ -1,9 +1,10 @@
 """Sphinx extension: the benchmark results in ``benchmarks/results/*.json`` as tables and plots.
 
-Each results file is named ``<suite>-<card>.json``: the suite is ``gpu``, ``cpu``, ``solvers`` or
-``dask`` and the card a short name of the machine (``h200``, ``h100``, ``2core``). Every page
-that shows results reads them while the documentation builds, so the tables and plots are those
-of the files in the checkout, and a new results file changes the pages without an edit.
+Each results file is named ``<suite>-<card>.json``: the suite is ``gpu`` (whose sci workload
+holds the solvers), ``cpu`` or ``dask`` and the card a short name of the machine (``h200``,
+``h100``, ``2core``). Every page that shows results reads them while the documentation builds,
+so the tables and plots are those of the files in the checkout, and a new results file changes
+the pages without an edit.
 
 Directives:
 
@@ -39,8 +40,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SUITES = ("gpu", "cpu", "solvers", "dask")
-SUITE_TITLES = {"gpu": "GPU suite", "cpu": "CPU suite", "solvers": "solvers suite",
+SUITES = ("gpu", "cpu", "dask")
+SUITE_TITLES = {"gpu": "GPU suite", "cpu": "CPU suite",
                 "dask": "Dask suite"}
 RERUN = {
     "gpu": "python benchmarks/bench.py --out benchmarks/results/gpu-<card>.json",
