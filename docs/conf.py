@@ -35,6 +35,10 @@ root_doc = "index"
 default_role = "code"
 
 # -- autodoc / autosummary / numpydoc ---------------------------------------------------------
+try:  # twell.torch's classes subclass torch's: a stand-in where PyTorch is not installed
+    import torch  # noqa: F401
+except ImportError:
+    autodoc_mock_imports = ["torch"]
 autosummary_generate = False  # the API page documents every object itself: no stub files
 autodoc_member_order = "groupwise"
 autodoc_default_options = {"undoc-members": False}

@@ -1,0 +1,227 @@
+"""twell.torch: SparseMLP and SparseGatedMLP against the dense layers torch computes itself.
+
+Oracles: the same layer computed by torch in float64 from the module's own weights (and, for
+the modules taken from an MLP, that MLP's own forward), never through twell. CPU tensors run
+on twell's NumPy backend, CUDA tensors on its CuPy backend.
+"""
+
+import numpy as np
+import pytest
+from helpers import run_python
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip(
+    "torch",
+    reason="PyTorch is not installed: twell.torch is optional, and these tests run where "
+           "torch is (pip install torch)",
+)
+nn = torch.nn
+
+import twell.torch as tt  # noqa: E402
+
+#: Relative error in the norm allowed against the float64 layer, by dtype: float64 and
+#: float32 round each product's sum once; bfloat16 rounds the inputs' products' sums to 8
+#: bits (and the hidden layer once more).
+RTOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def devices():
+    out = [pytest.param("cpu", id="cpu")]
+    cuda = torch.cuda.is_available()
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        cuda = False
+    out.append(pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(
+        not cuda, reason="CuPy with a CUDA GPU is not available")))
+    return out
+
+
+DEVICES = devices()
+DTYPES = [pytest.param(d, id=str(d).removeprefix("torch.")) for d in RTOL]
+
+
+def dense_layer(x, gate, up, down, down_bias=None):
+    """The layer in float64, by torch alone."""
+    with torch.no_grad():
+        x = x.double()
+        h = torch.relu(x @ (gate if gate is not None else up).double().T)
+        if gate is not None:
+            h = h * (x @ up.double().T)
+        y = h @ down.double().T
+        return y if down_bias is None else y + down_bias.double()
+
+
+def rel(got, want):
+    return float((got.double() - want).norm() / max(float(want.norm()), 1e-300))
+
+
+def inputs(shape, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gated", [False, True], ids=["mlp", "gated"])
+def test_layer_equals_the_dense_layer(device, dtype, gated):
+    torch.manual_seed(1)
+    cls = tt.SparseGatedMLP if gated else tt.SparseMLP
+    layer = cls(32, 96, device=device, dtype=dtype)
+    x = inputs((3, 7, 32), dtype, device)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.shape == x.shape and y.dtype == dtype and y.device == x.device
+    want = dense_layer(x, layer.gate_proj.weight if gated else None, layer.up_proj.weight,
+                       layer.down_proj.weight)
+    assert rel(y.cpu(), want.cpu()) <= RTOL[dtype]
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(0, 20), d_model=st.integers(1, 24), d_ff=st.integers(1, 300),
+       sparsity=st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0]), gated=st.booleans(),
+       seed=st.integers(0, 2**31 - 1))
+def test_any_shape_and_sparsity_on_the_cpu(m, d_model, d_ff, sparsity, gated, seed):
+    """float64 on the host: the dense layer to rounding, whatever the shapes and however
+    many of the hidden units are zero (sparsity: the share of gate rows made negative)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(m, d_model, generator=g, dtype=torch.float64) + 0.1  # positive inputs
+    layer = (tt.SparseGatedMLP if gated else tt.SparseMLP)(d_model, d_ff,
+                                                            dtype=torch.float64)
+    first = layer.gate_proj if gated else layer.up_proj
+    with torch.no_grad():
+        for w in layer.parameters():
+            w.copy_(torch.randn(w.shape, generator=g, dtype=torch.float64))
+        # Rows of the first projection made negative give hidden units that are always 0.
+        off = torch.rand(d_ff, generator=g) < sparsity
+        first.weight[off] = -first.weight[off].abs()
+        y = layer(x)
+    want = dense_layer(x, layer.gate_proj.weight if gated else None, layer.up_proj.weight,
+                       layer.down_proj.weight)
+    np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_down_bias_is_added(device):
+    torch.manual_seed(2)
+    layer = tt.SparseMLP(8, 40, down_bias=True, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        layer.down_proj.bias.copy_(torch.linspace(-1, 1, 8, dtype=torch.float64))
+        x = inputs((5, 8), torch.float64, device)
+        y = layer(x)
+    want = dense_layer(x, None, layer.up_proj.weight, layer.down_proj.weight,
+                       layer.down_proj.bias)
+    assert rel(y.cpu(), want.cpu()) <= 1e-12
+
+
+class LlamaStyleMLP(nn.Module):
+    """A Llama MLP with a ReLU gate: the layout of transformers' LlamaMLP."""
+
+    def __init__(self, d_model, d_ff, act=None):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False, dtype=torch.float64)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False, dtype=torch.float64)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False, dtype=torch.float64)
+        self.act_fn = act if act is not None else nn.ReLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class FcMLP(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff, bias=False, dtype=torch.float64)
+        self.fc2 = nn.Linear(d_ff, d_model, dtype=torch.float64)
+        self.act = torch.relu
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+@pytest.mark.parametrize("make, cls", [
+    (lambda: LlamaStyleMLP(16, 48), tt.SparseGatedMLP),
+    (lambda: FcMLP(16, 48), tt.SparseMLP),
+    (lambda: nn.Sequential(nn.Linear(16, 48, bias=False, dtype=torch.float64), nn.ReLU(),
+                           nn.Linear(48, 16, dtype=torch.float64)), tt.SparseMLP),
+], ids=["llama", "fc1-fc2", "sequential"])
+def test_from_module_computes_what_the_module_computes_on_its_own_weights(make, cls):
+    torch.manual_seed(3)
+    mlp = make()
+    layer = tt.from_module(mlp)
+    assert type(layer) is cls and cls.from_module(mlp).d_ff == 48
+    mine = {id(p) for p in layer.parameters()}
+    assert mine == {id(p) for p in mlp.parameters()}  # the same tensors: nothing copied
+    x = inputs((4, 16), torch.float64, "cpu")
+    with torch.no_grad():
+        assert rel(layer(x), mlp(x).double()) <= 1e-12
+        for p in mlp.parameters():  # the layer sees the module's later writes
+            p.mul_(2)
+        assert rel(layer(x), mlp(x).double()) <= 1e-12
+
+
+def test_a_llama_state_dict_loads_into_the_gated_layer():
+    torch.manual_seed(4)
+    mlp = LlamaStyleMLP(16, 48)
+    layer = tt.SparseGatedMLP(16, 48, dtype=torch.float64)
+    layer.load_state_dict(mlp.state_dict())
+    x = inputs((6, 16), torch.float64, "cpu")
+    with torch.no_grad():
+        assert rel(layer(x), mlp(x).double()) <= 1e-12
+
+
+def test_what_the_layers_refuse():
+    silu = LlamaStyleMLP(8, 16, act=nn.SiLU())
+    with pytest.raises(ValueError, match=r"compute ReLU.*act_fn is SiLU\(\)"):
+        tt.from_module(silu)
+    with pytest.raises(ValueError, match="is a gated MLP: use SparseGatedMLP"):
+        tt.SparseMLP.from_module(LlamaStyleMLP(8, 16))
+    with pytest.raises(ValueError, match="not a gated MLP"):
+        tt.SparseGatedMLP.from_module(FcMLP(8, 16))
+    with pytest.raises(ValueError, match=r"nn.Sequential must be .*got \(Linear, GELU, Linear\)"):
+        tt.from_module(nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)))
+    with pytest.raises(ValueError, match="not a layout twell.torch knows"):
+        tt.from_module(nn.Linear(8, 8))
+    with pytest.raises(ValueError, match="up_proj must have no bias"):
+        tt.SparseMLP.from_linear(nn.Linear(8, 16), nn.Linear(16, 8))
+    with pytest.raises(ValueError, match=r"down_proj must be nn.Linear\(16, 8\); got "
+                                         r"nn.Linear\(8, 16\)"):
+        tt.SparseMLP.from_linear(nn.Linear(8, 16, bias=False), nn.Linear(8, 16))
+    with pytest.raises(TypeError, match="up_proj must be a torch.nn.Linear; got Conv1d"):
+        tt.SparseMLP.from_linear(nn.Conv1d(8, 16, 1), nn.Linear(16, 8))
+    with pytest.raises(ValueError, match="up_proj must have gate_proj's shape"):
+        tt.SparseGatedMLP.from_linear(nn.Linear(8, 16, bias=False),
+                                      nn.Linear(8, 12, bias=False), nn.Linear(16, 8))
+    with pytest.raises(ValueError, match="slots must be"):
+        tt.SparseMLP(8, 16, slots=0)
+    layer = tt.SparseMLP(8, 16, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match=r"inference only: call it under torch.no_grad"):
+        layer(torch.ones(2, 8, dtype=torch.float64))
+    with torch.no_grad(), pytest.raises(ValueError, match=r"d_model=8; got x.shape=\(2, 7\)"):
+        layer(torch.ones(2, 7, dtype=torch.float64))
+
+
+def test_inference_mode_and_fixed_slots():
+    torch.manual_seed(5)
+    layer = tt.SparseGatedMLP(16, 300, slots=3, dtype=torch.float32)
+    assert "slots=3" in repr(layer)
+    x = inputs((9, 16), torch.float32, "cpu")
+    with torch.inference_mode():
+        y = layer(x)
+    want = dense_layer(x, layer.gate_proj.weight, layer.up_proj.weight,
+                       layer.down_proj.weight)
+    assert rel(y, want) <= RTOL[torch.float32]  # entries past 3 slots kept in the overflow
+
+
+def test_importing_without_torch_says_why():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import twell\n"
+        "try:\n"
+        "    import twell.torch\n"
+        "except ImportError as e:\n"
+        "    assert 'twell.torch needs PyTorch' in str(e), e\n"
+        "    print('ok')\n"
+    )
+    assert run_python(code) == "ok"

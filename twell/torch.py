@@ -1,0 +1,336 @@
+"""PyTorch modules for ReLU-sparse feed-forward layers, computed through TwELL.
+
+:class:`SparseMLP` computes ``relu(x @ W_up.T) @ W_down.T`` and :class:`SparseGatedMLP`
+``(relu(x @ W_gate.T) * (x @ W_up.T)) @ W_down.T`` with :func:`twell.sparse_ffn`: the
+activations are packed into TwELL as they are produced, and the gated layer's up projection is
+computed only where the gate is non-zero. Their weights are ``nn.Linear`` modules named as in
+Llama-style MLPs (``gate_proj``, ``up_proj``, ``down_proj``), so a state dict of such an MLP
+loads into them, and :meth:`SparseGatedMLP.from_module` takes an existing MLP's Linear layers
+without copying their weights.
+
+The modules compute inference only: call them under :func:`torch.no_grad` or
+:func:`torch.inference_mode` (with autograd recording they raise, rather than return an output
+that gradients would not flow through). CUDA tensors run on twell's CuPy backend, on the
+tensors' device and torch's current stream; CPU tensors run on its NumPy backend. Nothing is
+copied between the two.
+
+Importing this module needs PyTorch; the rest of twell works without it.
+"""
+
+from . import _arrays, _layout
+from ._arguments import check_slots
+from ._dlpack import from_torch_array, to_torch
+from ._ffn import sparse_ffn
+
+try:
+    import torch
+    from torch import nn
+except ImportError:
+    raise ImportError(
+        "twell.torch needs PyTorch (pip install torch); the rest of twell works without it"
+    ) from None
+
+__all__ = ["SparseGatedMLP", "SparseMLP", "from_module"]
+
+
+def _check_linear(layer, name, bias_allowed):
+    if not isinstance(layer, nn.Linear):
+        raise TypeError(f"{name} must be a torch.nn.Linear; got {type(layer).__name__}")
+    if layer.bias is not None and not bias_allowed:
+        raise ValueError(
+            f"{name} must have no bias (nn.Linear(..., bias=False)): the sparse layer "
+            f"computes relu(x @ {name}.weight.T), whose zeros make it sparse, and takes no "
+            "bias before the activation; got a Linear with a bias"
+        )
+
+
+def _check_pair(first, first_name, second, second_name):
+    """``second`` takes ``first``'s outputs (``first`` (d_ff, d_model) -> ``second`` (d_model,
+    d_ff))."""
+    if second.in_features != first.out_features or second.out_features != first.in_features:
+        raise ValueError(
+            f"{second_name} must map the {first.out_features} features of {first_name} back "
+            f"to its {first.in_features}: {second_name} must be nn.Linear({first.out_features}, "
+            f"{first.in_features}); got nn.Linear({second.in_features}, "
+            f"{second.out_features})"
+        )
+
+
+def _is_relu(act):
+    return isinstance(act, nn.ReLU) or act in (torch.relu, torch.nn.functional.relu)
+
+
+def _check_relu(mlp, name):
+    """The activation of ``mlp`` (attribute ``name``, if it has one) must be ReLU."""
+    act = getattr(mlp, name, None)
+    if act is not None and not _is_relu(act):
+        raise ValueError(
+            f"twell's sparse layers compute ReLU, whose zeros make the activations sparse; "
+            f"{type(mlp).__name__}.{name} is {act!r}"
+        )
+
+
+class _SparseFFN(nn.Module):
+    """The forward pass and checks the two modules share."""
+
+    gated = False
+
+    def _init(self, slots):
+        self.slots = check_slots(slots, _layout.GEMM_TILE_WIDTH)
+
+    @property
+    def d_model(self):
+        """Features of the input and output."""
+        return self.up_proj.in_features
+
+    @property
+    def d_ff(self):
+        """Features of the hidden (sparse) layer."""
+        return self.up_proj.out_features
+
+    def extra_repr(self):
+        return f"d_model={self.d_model}, d_ff={self.d_ff}, slots={self.slots!r}"
+
+    def _weights(self):
+        return [self.gate_proj.weight] if self.gated else []
+
+    def forward(self, x):
+        """The layer on ``x`` of shape ``(..., d_model)``: a tensor of the same shape, on
+        ``x``'s device, in the dtype NumPy's promotion gives ``x`` and the weights."""
+        weights = [*self._weights(), self.up_proj.weight, self.down_proj.weight]
+        if torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad
+                                                                for w in weights)):
+            raise RuntimeError(
+                f"{type(self).__name__} computes inference only: call it under "
+                "torch.no_grad() or torch.inference_mode() (its output would carry no "
+                "gradient)"
+            )
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
+        if x.ndim < 1 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape (..., d_model) with d_model={self.d_model}; "
+                f"got x.shape={tuple(x.shape)}"
+            )
+        for w in weights:
+            if w.device != x.device:
+                raise ValueError(
+                    f"x is on {x.device} but the layer's weights are on {w.device}: move one "
+                    "(layer.to(x.device))"
+                )
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.d_model)
+        if x.device.type == "cuda":
+            cupy = _arrays.cupy_module()
+            stream = torch.cuda.current_stream(x.device)
+            # twell's kernels queue on CuPy's current stream: torch's, so that they follow
+            # the work that produced x and precede the work that reads the output.
+            with cupy.cuda.Device(x.device.index), \
+                    cupy.cuda.ExternalStream(stream.cuda_stream, x.device.index):
+                y = self._compute(x2)
+        else:
+            y = self._compute(x2)
+        if self.down_proj.bias is not None:
+            y = y + self.down_proj.bias
+        return y.reshape(*lead, self.d_model)
+
+    def _compute(self, x2):
+        w_gate = from_torch_array(self.gate_proj.weight.detach()) if self.gated else None
+        y = sparse_ffn(from_torch_array(x2.detach()), w_gate,
+                       from_torch_array(self.up_proj.weight.detach()),
+                       from_torch_array(self.down_proj.weight.detach()), gated=self.gated,
+                       tile_width=_layout.GEMM_TILE_WIDTH, slots=self.slots)
+        return to_torch(y)
+
+
+class SparseMLP(_SparseFFN):
+    """``relu(x @ up_proj.weight.T) @ down_proj.weight.T (+ down_proj.bias)`` through TwELL.
+
+    Parameters
+    ----------
+    d_model, d_ff : int
+        Features of the input and output, and of the hidden layer.
+    down_bias : bool, optional
+        Whether ``down_proj`` has a bias (``up_proj`` has none: its zeros after the ReLU are
+        what makes the layer sparse). Default False.
+    slots : int or "auto", optional
+        Slots per (row, tile) of the hidden layer's TwELL matrix (tile width 256, the fused
+        GEMM's), as for :func:`twell.sparse_ffn`. Default ``"auto"``; a layer that runs many
+        times on similar inputs can fix it once.
+    device, dtype : optional
+        Of the weights, as for ``nn.Linear``.
+
+    Attributes
+    ----------
+    up_proj : nn.Linear
+        ``d_model -> d_ff``, no bias.
+    down_proj : nn.Linear
+        ``d_ff -> d_model``.
+
+    See Also
+    --------
+    SparseGatedMLP, twell.sparse_ffn, from_module
+
+    Examples
+    --------
+    >>> import torch, twell.torch                                  # doctest: +SKIP
+    >>> mlp = twell.torch.SparseMLP(2048, 5632, dtype=torch.bfloat16)  # doctest: +SKIP
+    >>> with torch.no_grad():                                      # doctest: +SKIP
+    ...     y = mlp(torch.randn(8, 128, 2048, dtype=torch.bfloat16))
+    """
+
+    def __init__(self, d_model, d_ff, *, down_bias=False, slots="auto", device=None,
+                 dtype=None):
+        super().__init__()
+        self._init(slots)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=down_bias, device=device, dtype=dtype)
+
+    @classmethod
+    def from_linear(cls, up_proj, down_proj, *, slots="auto"):
+        """The layer on two existing ``nn.Linear`` modules, which it holds (their weights are
+        shared, not copied): ``up_proj`` ``d_model -> d_ff`` with no bias, ``down_proj``
+        ``d_ff -> d_model``."""
+        _check_linear(up_proj, "up_proj", bias_allowed=False)
+        _check_linear(down_proj, "down_proj", bias_allowed=True)
+        _check_pair(up_proj, "up_proj", down_proj, "down_proj")
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self._init(slots)
+        self.up_proj, self.down_proj = up_proj, down_proj
+        return self
+
+    @classmethod
+    def from_module(cls, mlp, *, slots="auto"):
+        """The layer on an MLP's Linear layers (shared, not copied): a module with
+        ``up_proj`` and ``down_proj`` (or ``fc1`` and ``fc2``) and a ReLU activation, or an
+        ``nn.Sequential`` of Linear, ReLU, Linear. See :func:`from_module`."""
+        layer = from_module(mlp, slots=slots)
+        if not isinstance(layer, cls):
+            raise ValueError(f"{type(mlp).__name__} is a gated MLP: use "
+                             "SparseGatedMLP.from_module")
+        return layer
+
+
+class SparseGatedMLP(_SparseFFN):
+    """``(relu(x @ gate_proj.weight.T) * (x @ up_proj.weight.T)) @ down_proj.weight.T
+    (+ down_proj.bias)`` through TwELL, the up projection computed only where the gate is
+    non-zero: the feed-forward layer of a Llama-style model with a ReLU gate.
+
+    Parameters
+    ----------
+    d_model, d_ff : int
+        Features of the input and output, and of the hidden layer.
+    down_bias : bool, optional
+        Whether ``down_proj`` has a bias (the gate and up projections have none). Default
+        False.
+    slots : int or "auto", optional
+        Slots per (row, tile) of the gate's TwELL matrix, as for :func:`twell.sparse_ffn`.
+    device, dtype : optional
+        Of the weights, as for ``nn.Linear``.
+
+    Attributes
+    ----------
+    gate_proj, up_proj : nn.Linear
+        ``d_model -> d_ff``, no bias.
+    down_proj : nn.Linear
+        ``d_ff -> d_model``.
+
+    See Also
+    --------
+    SparseMLP, twell.sparse_ffn, from_module
+    """
+
+    gated = True
+
+    def __init__(self, d_model, d_ff, *, down_bias=False, slots="auto", device=None,
+                 dtype=None):
+        super().__init__()
+        self._init(slots)
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=down_bias, device=device, dtype=dtype)
+
+    @classmethod
+    def from_linear(cls, gate_proj, up_proj, down_proj, *, slots="auto"):
+        """The layer on three existing ``nn.Linear`` modules, which it holds (their weights
+        are shared, not copied): ``gate_proj`` and ``up_proj`` ``d_model -> d_ff`` with no
+        bias, ``down_proj`` ``d_ff -> d_model``."""
+        _check_linear(gate_proj, "gate_proj", bias_allowed=False)
+        _check_linear(up_proj, "up_proj", bias_allowed=False)
+        _check_linear(down_proj, "down_proj", bias_allowed=True)
+        if (up_proj.in_features, up_proj.out_features) != (gate_proj.in_features,
+                                                            gate_proj.out_features):
+            raise ValueError(
+                f"up_proj must have gate_proj's shape, nn.Linear({gate_proj.in_features}, "
+                f"{gate_proj.out_features}); got nn.Linear({up_proj.in_features}, "
+                f"{up_proj.out_features})"
+            )
+        _check_pair(up_proj, "up_proj", down_proj, "down_proj")
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self._init(slots)
+        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
+        return self
+
+    @classmethod
+    def from_module(cls, mlp, *, slots="auto"):
+        """The layer on a Llama-style MLP's Linear layers (shared, not copied): a module with
+        ``gate_proj``, ``up_proj`` and ``down_proj`` and a ReLU activation (``act_fn``). See
+        :func:`from_module`."""
+        layer = from_module(mlp, slots=slots)
+        if not isinstance(layer, cls):
+            raise ValueError(f"{type(mlp).__name__} is not a gated MLP (no gate_proj): use "
+                             "SparseMLP.from_module")
+        return layer
+
+
+def from_module(mlp, *, slots="auto"):
+    """The sparse layer that computes what ``mlp`` computes, on its Linear layers (shared,
+    not copied).
+
+    Parameters
+    ----------
+    mlp : torch.nn.Module
+        One of:
+
+        - a gated MLP with ``gate_proj``, ``up_proj`` and ``down_proj`` Linear layers (the
+          Llama layout) and a ReLU activation ``act_fn``: a :class:`SparseGatedMLP`;
+        - an MLP with ``up_proj`` and ``down_proj``, or ``fc1`` and ``fc2``, and a ReLU
+          activation (``act_fn``, ``act`` or ``activation``, where it has one): a
+          :class:`SparseMLP`;
+        - ``nn.Sequential(nn.Linear, nn.ReLU, nn.Linear)``: a :class:`SparseMLP`.
+    slots : int or "auto", optional
+        As for the layers.
+
+    Returns
+    -------
+    SparseMLP or SparseGatedMLP
+
+    Raises
+    ------
+    ValueError
+        For another layout, an activation other than ReLU, or a bias before the activation.
+    """
+    if isinstance(mlp, nn.Sequential):
+        layers = list(mlp)
+        if (len(layers) == 3 and isinstance(layers[0], nn.Linear) and _is_relu(layers[1])
+                and isinstance(layers[2], nn.Linear)):
+            return SparseMLP.from_linear(layers[0], layers[2], slots=slots)
+        raise ValueError(
+            "an nn.Sequential must be (nn.Linear, nn.ReLU, nn.Linear); got "
+            f"({', '.join(type(layer).__name__ for layer in layers)})"
+        )
+    for name in ("act_fn", "act", "activation"):
+        _check_relu(mlp, name)
+    if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+        return SparseGatedMLP.from_linear(mlp.gate_proj, mlp.up_proj, mlp.down_proj,
+                                          slots=slots)
+    for up, down in (("up_proj", "down_proj"), ("fc1", "fc2")):
+        if hasattr(mlp, up) and hasattr(mlp, down):
+            return SparseMLP.from_linear(getattr(mlp, up), getattr(mlp, down), slots=slots)
+    raise ValueError(
+        f"{type(mlp).__name__} is not a layout twell.torch knows: it needs gate_proj, "
+        "up_proj and down_proj (gated), up_proj and down_proj or fc1 and fc2, or is an "
+        "nn.Sequential(Linear, ReLU, Linear)"
+    )
