@@ -225,3 +225,19 @@ def test_importing_without_torch_says_why():
         "    print('ok')\n"
     )
     assert run_python(code) == "ok"
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_cuda_layer_on_a_side_stream(device):
+    """Under ``torch.cuda.stream(s)`` the layer's kernels queue on s, after the work that
+    made x: the result, read after s finishes, is the dense layer's."""
+    torch.manual_seed(6)
+    layer = tt.SparseGatedMLP(64, 256, dtype=torch.float32, device=device)
+    side = torch.cuda.Stream()
+    with torch.no_grad(), torch.cuda.stream(side):
+        x = torch.randn(512, 64, device=device).mul_(3).add_(1)  # queued on the side stream
+        y = layer(x)
+    side.synchronize()
+    want = dense_layer(x, layer.gate_proj.weight, layer.up_proj.weight,
+                       layer.down_proj.weight)
+    assert rel(y.cpu(), want.cpu()) <= RTOL[torch.float32]

@@ -70,6 +70,15 @@ def _check_relu(mlp, name):
         )
 
 
+def _cupy_stream(cupy, device):
+    """torch's current stream on ``device`` as a CuPy stream: through the CUDA stream protocol
+    where both sides speak it (``Stream.from_external``, CuPy 14), else ``ExternalStream``."""
+    stream = torch.cuda.current_stream(device)
+    if hasattr(cupy.cuda.Stream, "from_external") and hasattr(stream, "__cuda_stream__"):
+        return cupy.cuda.Stream.from_external(stream)
+    return cupy.cuda.ExternalStream(stream.cuda_stream, device.index)
+
+
 class _SparseFFN(nn.Module):
     """The forward pass and checks the two modules share."""
 
@@ -122,11 +131,9 @@ class _SparseFFN(nn.Module):
         x2 = x.reshape(-1, self.d_model)
         if x.device.type == "cuda":
             cupy = _arrays.cupy_module()
-            stream = torch.cuda.current_stream(x.device)
             # twell's kernels queue on CuPy's current stream: torch's, so that they follow
             # the work that produced x and precede the work that reads the output.
-            with cupy.cuda.Device(x.device.index), \
-                    cupy.cuda.ExternalStream(stream.cuda_stream, x.device.index):
+            with cupy.cuda.Device(x.device.index), _cupy_stream(cupy, x.device):
                 y = self._compute(x2)
         else:
             y = self._compute(x2)
