@@ -241,3 +241,35 @@ def test_cuda_layer_on_a_side_stream(device):
     want = dense_layer(x, layer.gate_proj.weight, layer.up_proj.weight,
                        layer.down_proj.weight)
     assert rel(y.cpu(), want.cpu()) <= RTOL[torch.float32]
+
+
+needs_custom_ops = pytest.mark.skipif(not hasattr(torch.library, "custom_op"),
+                                      reason="torch.library.custom_op needs torch 2.4")
+
+
+@needs_custom_ops
+@pytest.mark.parametrize("gated", [False, True], ids=["mlp", "gated"])
+def test_the_operator_passes_torchs_opcheck(gated):
+    """torch.ops.twell.sparse_ffn: schema, fake (meta) implementation and dispatch, as torch
+    checks custom operators."""
+    g = torch.Generator().manual_seed(7)
+    x, wg, wu = (torch.randn(s, generator=g) for s in [(6, 8), (40, 8), (40, 8)])
+    wd = torch.randn(8, 40, generator=g)
+    for slots in (0, 2):
+        torch.library.opcheck(torch.ops.twell.sparse_ffn.default,
+                              (x, wg if gated else None, wu, wd, slots))
+
+
+@needs_custom_ops
+@pytest.mark.parametrize("gated", [False, True], ids=["mlp", "gated"])
+def test_torch_compile_traces_a_model_of_layers_without_a_graph_break(gated):
+    torch.manual_seed(8)
+    cls = tt.SparseGatedMLP if gated else tt.SparseMLP
+    model = nn.Sequential(cls(16, 64, dtype=torch.float32), nn.LayerNorm(16),
+                          cls(16, 64, down_bias=True, dtype=torch.float32))
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # a break raises
+    x = inputs((2, 5, 16), torch.float32, "cpu")
+    with torch.no_grad():
+        want = model(x)
+        got = compiled(x)
+    assert got.shape == want.shape and torch.equal(got, want)

@@ -12,7 +12,9 @@ The modules compute inference only: call them under :func:`torch.no_grad` or
 :func:`torch.inference_mode` (with autograd recording they raise, rather than return an output
 that gradients would not flow through). CUDA tensors run on twell's CuPy backend, on the
 tensors' device and torch's current stream; CPU tensors run on its NumPy backend. Nothing is
-copied between the two.
+copied between the two. The computation is the custom operator ``torch.ops.twell.sparse_ffn``
+(torch 2.4 and newer), with a fake implementation, so ``torch.compile`` traces a model that
+uses the modules without a graph break.
 
 Importing this module needs PyTorch; the rest of twell works without it.
 """
@@ -79,6 +81,48 @@ def _cupy_stream(cupy, device):
     return cupy.cuda.ExternalStream(stream.cuda_stream, device.index)
 
 
+def _sparse_ffn(x: torch.Tensor, w_gate: torch.Tensor | None, w_up: torch.Tensor,
+                w_down: torch.Tensor, slots: int) -> torch.Tensor:
+    """:func:`twell.sparse_ffn` on tensors: ``x`` (M, d_model) and nn.Linear weights on one
+    device, gated where ``w_gate`` is given, ``slots`` 0 for ``"auto"``; a new tensor of
+    shape (M, d_model) on that device."""
+    def run():
+        y = sparse_ffn(from_torch_array(x.detach()),
+                       None if w_gate is None else from_torch_array(w_gate.detach()),
+                       from_torch_array(w_up.detach()), from_torch_array(w_down.detach()),
+                       gated=w_gate is not None, tile_width=_layout.GEMM_TILE_WIDTH,
+                       slots=slots or "auto")
+        return to_torch(y)
+
+    if x.device.type != "cuda":
+        return run()
+    cupy = _arrays.cupy_module()
+    # twell's kernels queue on CuPy's current stream: torch's, so that they follow the work
+    # that produced x and precede the work that reads the output.
+    with cupy.cuda.Device(x.device.index), _cupy_stream(cupy, x.device):
+        return run()
+
+
+def _sparse_ffn_fake(x, w_gate, w_up, w_down, slots):
+    """The output's metadata, for tracing (fake tensors: no data, no computation)."""
+    dtype = x.dtype
+    for w in (w_gate, w_up, w_down):
+        if w is not None:
+            dtype = torch.promote_types(dtype, w.dtype)
+    return x.new_empty((x.shape[0], w_down.shape[0]), dtype=dtype)
+
+
+if hasattr(torch.library, "custom_op"):  # torch 2.4 and newer
+    #: The layer's computation as the custom operator ``torch.ops.twell.sparse_ffn``, so
+    #: that ``torch.compile`` traces a model that uses the modules without a graph break
+    #: (its fake implementation gives the output's shape and dtype).
+    sparse_ffn_op = torch.library.custom_op("twell::sparse_ffn", mutates_args=())(
+        _sparse_ffn)
+    sparse_ffn_op.register_fake(_sparse_ffn_fake)
+else:
+    sparse_ffn_op = _sparse_ffn
+
+
 class _SparseFFN(nn.Module):
     """The forward pass and checks the two modules share."""
 
@@ -106,6 +150,8 @@ class _SparseFFN(nn.Module):
     def forward(self, x):
         """The layer on ``x`` of shape ``(..., d_model)``: a tensor of the same shape, on
         ``x``'s device, in the dtype NumPy's promotion gives ``x`` and the weights."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
         weights = [*self._weights(), self.up_proj.weight, self.down_proj.weight]
         if torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad
                                                                 for w in weights)):
@@ -114,8 +160,6 @@ class _SparseFFN(nn.Module):
                 "torch.no_grad() or torch.inference_mode() (its output would carry no "
                 "gradient)"
             )
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
         if x.ndim < 1 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x must have shape (..., d_model) with d_model={self.d_model}; "
@@ -128,26 +172,12 @@ class _SparseFFN(nn.Module):
                     "(layer.to(x.device))"
                 )
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.d_model)
-        if x.device.type == "cuda":
-            cupy = _arrays.cupy_module()
-            # twell's kernels queue on CuPy's current stream: torch's, so that they follow
-            # the work that produced x and precede the work that reads the output.
-            with cupy.cuda.Device(x.device.index), _cupy_stream(cupy, x.device):
-                y = self._compute(x2)
-        else:
-            y = self._compute(x2)
+        y = sparse_ffn_op(x.reshape(-1, self.d_model),
+                          self.gate_proj.weight if self.gated else None, self.up_proj.weight,
+                          self.down_proj.weight, 0 if self.slots == "auto" else self.slots)
         if self.down_proj.bias is not None:
             y = y + self.down_proj.bias
         return y.reshape(*lead, self.d_model)
-
-    def _compute(self, x2):
-        w_gate = from_torch_array(self.gate_proj.weight.detach()) if self.gated else None
-        y = sparse_ffn(from_torch_array(x2.detach()), w_gate,
-                       from_torch_array(self.up_proj.weight.detach()),
-                       from_torch_array(self.down_proj.weight.detach()), gated=self.gated,
-                       tile_width=_layout.GEMM_TILE_WIDTH, slots=self.slots)
-        return to_torch(y)
 
 
 class SparseMLP(_SparseFFN):
