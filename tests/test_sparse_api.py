@@ -360,6 +360,19 @@ def test_sum_and_mean_take_dtype_and_out(backend):
     assert float(a.sum(axis=(0, 1))) == x.sum()
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_integer_and_bool_sum_dtypes_cast_the_elements_first(backend, fmt):
+    """As NumPy and scipy 1.18: sum(dtype=int) truncates each element, then adds."""
+    x = np.array([[0.6, 0.7, 0.0], [0.8, -1.9, 2.5], [0.0, 0.0, -0.3]])
+    a = make(backend, _case(x), fmt)
+    for dtype in (np.int64, np.int32, bool):
+        for axis in (None, 0, 1):
+            got = host(a.sum(axis=axis, dtype=dtype))
+            want = x.astype(dtype).sum(axis=axis, dtype=dtype)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
 # -- shape, conversions, text ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -10,6 +10,9 @@ Public API
 TwELLMatrix, ELLMatrix, from_packed, auto_slots, auto_tile_width, bfloat16, cuda_available,
 matmul_to_twell, sparse_ffn, save, load; PyTorch interop (torch is optional):
 from_torch, to_torch, from_torch_parts, from_torch_array, TorchParts.
+
+Imported on their own: twell.torch (PyTorch modules of sparse feed-forward layers),
+twell.dask (row blocks for Dask) and twell.plot (pictures of the layout, with matplotlib).
 """
 
 from ._arrays import cupy_available as cuda_available
