@@ -63,32 +63,29 @@ def acc_dtype(dtype):
 
 
 def cast(xp, x, dtype):
-    """``x.astype(dtype)``; float32 -> bfloat16 falls back to bit arithmetic (nearest even),
-    for CuPy, which has no bfloat16 cast of its own."""
+    """``x.astype(dtype)``; between float32 and bfloat16 by bit arithmetic where the array
+    library has no bfloat16 cast of its own (CuPy): float32 -> bfloat16 rounds to nearest
+    even, bfloat16 -> float32 is exact."""
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
     try:
         return x.astype(dtype)
     except Exception:
-        if dtype != BF16 or x.dtype != np.float32:
-            raise
-        bits = x.view(np.uint32)
-        rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
-        return (rounded >> np.uint32(16)).astype(np.uint16).view(BF16)
+        if x.dtype == np.float32 and dtype == BF16:
+            bits = x.view(np.uint32)
+            rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
+            return (rounded >> np.uint32(16)).astype(np.uint16).view(BF16)
+        if x.dtype == BF16 and dtype == np.float32:
+            return (x.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+        raise
 
 
 def widen(xp, x, dtype=np.float32):
-    """``x`` as float32 (float64 for ``dtype=float64``), bfloat16 included."""
-    dtype = np.dtype(dtype)
-    if x.dtype == dtype:
-        return x
-    try:
-        return x.astype(dtype)
-    except Exception:
-        if x.dtype != BF16:
-            raise
-        return (x.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32).astype(dtype)
+    """``x`` as float32 (float64 for ``dtype=float64``), bfloat16 included (exactly)."""
+    if x.dtype == BF16:
+        x = cast(xp, x, np.float32)
+    return cast(xp, x, dtype)
 
 
 def relu(xp, y):

@@ -19,7 +19,6 @@ from ._arguments import check_shape, check_slots, check_tile_width
 from ._base import SparseMatrix
 from ._build import build as _build_layout
 from ._build import host_layout
-from ._dlpack import parts_to_torch
 from ._dtypes import SUPPORTED_DTYPES, astype_dtype, bfloat16, native, result_dtype, value_dtype
 
 
@@ -732,7 +731,7 @@ class TwELLMatrix(SparseMatrix):
             for a in parts:
                 a.flags.writeable = True
             self._shared = True
-        return parts_to_torch(self._parts)
+        return _dlpack.parts_to_torch(self._parts)
 
     def get(self):
         """Host copy: a NumPy-backed TwELLMatrix (itself when already on the host), with

@@ -127,9 +127,45 @@ class _SparseFFN(nn.Module):
     """The forward pass and checks the two modules share."""
 
     gated = False
+    #: The projections before the activation (``d_model -> d_ff``, no bias).
+    _inputs = ("up_proj",)
 
-    def _init(self, slots):
+    def __init__(self, d_model, d_ff, *, down_bias=False, slots="auto", device=None,
+                 dtype=None):
+        super().__init__()
         self.slots = check_slots(slots, _layout.GEMM_TILE_WIDTH)
+        for name in self._inputs:
+            setattr(self, name, nn.Linear(d_model, d_ff, bias=False, device=device,
+                                          dtype=dtype))
+        self.down_proj = nn.Linear(d_ff, d_model, bias=down_bias, device=device, dtype=dtype)
+
+    @classmethod
+    def _holding(cls, slots, **layers):
+        """A layer that holds ``layers`` (nn.Linear modules, shared, not copied) instead of
+        weights of its own."""
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.slots = check_slots(slots, _layout.GEMM_TILE_WIDTH)
+        for name, layer in layers.items():
+            setattr(self, name, layer)
+        return self
+
+    @classmethod
+    def from_module(cls, mlp, *, slots="auto"):
+        """The layer on an MLP's Linear layers (shared, not copied): for
+        :class:`SparseGatedMLP` a Llama-style module with ``gate_proj``, ``up_proj`` and
+        ``down_proj``; for :class:`SparseMLP` a module with ``up_proj`` and ``down_proj`` (or
+        ``fc1`` and ``fc2``), or ``nn.Sequential(Linear, ReLU, Linear)``; with a ReLU
+        activation. See :func:`from_module`."""
+        layer = from_module(mlp, slots=slots)
+        if not isinstance(layer, cls):
+            raise ValueError(
+                f"{type(mlp).__name__} is a gated MLP: use SparseGatedMLP.from_module"
+                if layer.gated else
+                f"{type(mlp).__name__} is not a gated MLP (no gate_proj): use "
+                "SparseMLP.from_module"
+            )
+        return layer
 
     @property
     def d_model(self):
@@ -144,15 +180,13 @@ class _SparseFFN(nn.Module):
     def extra_repr(self):
         return f"d_model={self.d_model}, d_ff={self.d_ff}, slots={self.slots!r}"
 
-    def _weights(self):
-        return [self.gate_proj.weight] if self.gated else []
 
     def forward(self, x):
         """The layer on ``x`` of shape ``(..., d_model)``: a tensor of the same shape, on
         ``x``'s device, in the dtype NumPy's promotion gives ``x`` and the weights."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
-        weights = [*self._weights(), self.up_proj.weight, self.down_proj.weight]
+        weights = [getattr(self, name).weight for name in (*self._inputs, "down_proj")]
         if torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad
                                                                 for w in weights)):
             raise RuntimeError(
@@ -216,13 +250,6 @@ class SparseMLP(_SparseFFN):
     ...     y = mlp(torch.randn(8, 128, 2048, dtype=torch.bfloat16))
     """
 
-    def __init__(self, d_model, d_ff, *, down_bias=False, slots="auto", device=None,
-                 dtype=None):
-        super().__init__()
-        self._init(slots)
-        self.up_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=down_bias, device=device, dtype=dtype)
-
     @classmethod
     def from_linear(cls, up_proj, down_proj, *, slots="auto"):
         """The layer on two existing ``nn.Linear`` modules, which it holds (their weights are
@@ -231,22 +258,7 @@ class SparseMLP(_SparseFFN):
         _check_linear(up_proj, "up_proj", bias_allowed=False)
         _check_linear(down_proj, "down_proj", bias_allowed=True)
         _check_pair(up_proj, "up_proj", down_proj, "down_proj")
-        self = cls.__new__(cls)
-        nn.Module.__init__(self)
-        self._init(slots)
-        self.up_proj, self.down_proj = up_proj, down_proj
-        return self
-
-    @classmethod
-    def from_module(cls, mlp, *, slots="auto"):
-        """The layer on an MLP's Linear layers (shared, not copied): a module with
-        ``up_proj`` and ``down_proj`` (or ``fc1`` and ``fc2``) and a ReLU activation, or an
-        ``nn.Sequential`` of Linear, ReLU, Linear. See :func:`from_module`."""
-        layer = from_module(mlp, slots=slots)
-        if not isinstance(layer, cls):
-            raise ValueError(f"{type(mlp).__name__} is a gated MLP: use "
-                             "SparseGatedMLP.from_module")
-        return layer
+        return cls._holding(slots, up_proj=up_proj, down_proj=down_proj)
 
 
 class SparseGatedMLP(_SparseFFN):
@@ -279,14 +291,7 @@ class SparseGatedMLP(_SparseFFN):
     """
 
     gated = True
-
-    def __init__(self, d_model, d_ff, *, down_bias=False, slots="auto", device=None,
-                 dtype=None):
-        super().__init__()
-        self._init(slots)
-        self.gate_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
-        self.up_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=down_bias, device=device, dtype=dtype)
+    _inputs = ("gate_proj", "up_proj")
 
     @classmethod
     def from_linear(cls, gate_proj, up_proj, down_proj, *, slots="auto"):
@@ -304,22 +309,7 @@ class SparseGatedMLP(_SparseFFN):
                 f"{up_proj.out_features})"
             )
         _check_pair(up_proj, "up_proj", down_proj, "down_proj")
-        self = cls.__new__(cls)
-        nn.Module.__init__(self)
-        self._init(slots)
-        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
-        return self
-
-    @classmethod
-    def from_module(cls, mlp, *, slots="auto"):
-        """The layer on a Llama-style MLP's Linear layers (shared, not copied): a module with
-        ``gate_proj``, ``up_proj`` and ``down_proj`` and a ReLU activation (``act_fn``). See
-        :func:`from_module`."""
-        layer = from_module(mlp, slots=slots)
-        if not isinstance(layer, cls):
-            raise ValueError(f"{type(mlp).__name__} is not a gated MLP (no gate_proj): use "
-                             "SparseMLP.from_module")
-        return layer
+        return cls._holding(slots, gate_proj=gate_proj, up_proj=up_proj, down_proj=down_proj)
 
 
 def from_module(mlp, *, slots="auto"):

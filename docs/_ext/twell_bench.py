@@ -305,6 +305,12 @@ def op_table(result, op, workloads=None, dtypes=None, variants=("auto",), copy=F
 SOLVERS = ("cg", "gmres")
 
 
+def _products(row):
+    """A solver row's matrix-vector products to its rtol, as text."""
+    n = row.get("products_to_rtol")
+    return "not reached" if n is None else str(n)
+
+
 def solver_table(result):
     """(header, rows) of the iterative solvers (ops ``cg`` and ``gmres`` of the sci workload):
     GPU time per iteration with the TwELLMatrix and with cupyx's CSR, and the matrix-vector
@@ -320,10 +326,6 @@ def solver_table(result):
                 continue
             per_tw, per_csr = tw.get("ms_per_iteration"), csr.get("ms_per_iteration")
             mark = "!" if tw.get("status") == "wrong" else ""
-
-            def products(r):
-                n = r.get("products_to_rtol")
-                return "not reached" if n is None else str(n)
             rtol = tw.get("rtol")
             body.append([
                 MATRICES.get(tw.get("matrix"), tw.get("matrix") or ""), tw.get("dtype") or "",
@@ -331,7 +333,7 @@ def solver_table(result):
                 f"{per_tw:.3f}{mark}" if per_tw else NONE,
                 f"{per_csr:.3f}" if per_csr else NONE,
                 fmt_ratio(per_csr / per_tw) if per_tw and per_csr else NONE,
-                f"{products(tw)} / {products(csr)}" + (f" (rtol {rtol:g})" if rtol else ""),
+                f"{_products(tw)} / {_products(csr)}" + (f" (rtol {rtol:g})" if rtol else ""),
             ])
     return (header, body) if body else None
 
