@@ -437,9 +437,6 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
 // graph at tile width 4096 (245 tiles a row, 15 listed), while the thread kernel's 31 rounds
 // of 8 counts become one (docs/design.rst, the SpMV).
 constexpr int kSpmvLoads = 4;  // entries, and then their x values, a lane reads at once
-// The same for a row's one tile (tile_width >= K, as tile_width="auto" gives rows of few
-// entries): the stencil's 5 entries in one round of dependent loads, not two.
-constexpr int kSpmvOneTileLoads = 8;
 
 // The lane's share of sum_j values[j] * x[column(j)] over j0 <= j < j1: entries
 // j0 + lane, j0 + lane + G, ..., Loads of them in flight, added in that order whatever
@@ -501,6 +498,83 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
 }
 
+// SpMV of a one-tile layout (tile_width >= K, what tile_width="auto" gives matrices of
+// short rows): a row's slots are contiguous, as a CSR row is, so a team of G lanes reads
+// them together (G = 1: a thread per row), Loads entries per lane and round, and sums by
+// the team's butterfly. Overflow = false reads no overflow_indptr (a layout without
+// overflow: 8 bytes a row less). A split row's overflow (split_row) comes from `partial`,
+// summed by twell_spmv_overflow_chunks, in chunk order after the team's sum.
+// Grid: ceil(M * G / kSpmvBlock), blocks of kSpmvBlock threads.
+template <typename T, bool Overflow, int G, int Loads, typename Index = unsigned short>
+__global__ void __launch_bounds__(256)
+twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
+                    const Index* __restrict__ indices,
+                    const long long* __restrict__ overflow_indptr,
+                    const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
+                    long long n_rows, int slots,
+                    const typename Value<T>::Acc* __restrict__ partial, int chunk_log2,
+                    const T* __restrict__ x, T* __restrict__ y) {
+  static_assert(G == 1 || G == 2 || G == 4 || G == 8 || G == 16 || G == 32, "G divides 32");
+  using Acc = typename Value<T>::Acc;
+  const Team<G> team(threadIdx.x % kWarp);
+  const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / G;
+  if (row >= n_rows) return;  // the whole team
+  long long o_start = 0, o_end = 0;
+  if constexpr (Overflow) {
+    o_start = overflow_indptr[row];
+    o_end = overflow_indptr[row + 1];
+  }
+  const long long base = row * slots;
+  const auto column = [&](long long j) { return static_cast<int>(indices[j]); };
+  const auto over_column = [&](long long j) { return overflow_indices[j]; };
+  Acc acc = dot_run<T, G, decltype(column), Loads>(team, base, base + counts[row], data, column,
+                                                   x);
+  bool split = false;
+  if constexpr (Overflow) {
+    split = split_row(o_start, o_end, chunk_log2);
+    acc += dot_run<T, G, decltype(over_column), Loads>(team, o_start, split ? o_start : o_end,
+                                                       overflow_data, over_column, x);
+  }
+  acc = team.sum(acc);
+  if (team.lane != 0) return;
+  if (split) {
+    for (long long c = o_start >> chunk_log2; (c << chunk_log2) < o_end; ++c)
+      acc += partial[2 * c + ((c << chunk_log2) < o_start)];
+  }
+  y[row] = Value<T>::from_acc(acc);
+}
+
+// The parts of split rows (split_row) in the overflow's chunk c, a warp per chunk, each
+// summed in dot_run's order and by the warp's butterfly into partial[2 * c + slot] (slot as
+// in twell_spmm_overflow_chunks); slots of rows that are not split are left unwritten.
+// Grid: ceil(chunks * kWarp / kSpmvBlock), blocks of kSpmvBlock threads.
+template <typename T>
+__global__ void __launch_bounds__(256)
+twell_spmv_overflow_chunks(const long long* __restrict__ overflow_indptr,
+                           const int* __restrict__ overflow_indices,
+                           const T* __restrict__ overflow_data, long long n_rows,
+                           int chunk_log2, const T* __restrict__ x,
+                           typename Value<T>::Acc* __restrict__ partial) {
+  const Team<kWarp> warp(threadIdx.x % kWarp);
+  const long long n_over = overflow_indptr[n_rows];
+  const long long c = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const long long c0 = c << chunk_log2;
+  if (c0 >= n_over) return;  // the whole warp
+  const long long c1 = min(c0 + (1ll << chunk_log2), n_over);
+  const long long first_row = row_of(overflow_indptr, n_rows, c0);
+  const long long last_row = row_of(overflow_indptr, n_rows, c1 - 1);
+#pragma unroll 1
+  for (int slot = 0; slot < 2; ++slot) {
+    const long long row = slot == 0 ? first_row : last_row;
+    const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
+    if ((slot == 1 && row == first_row) || !split_row(o_start, o_end, chunk_log2)) continue;
+    const auto part = warp.sum(dot_run<T, kWarp>(
+        warp, max(c0, o_start), min(c1, o_end), overflow_data,
+        [&](long long j) { return overflow_indices[j]; }, x));
+    if (warp.lane == 0) partial[2 * c + slot] = part;
+  }
+}
+
 // Threads per block of twell_spmv_thread_rows (the launcher's block), and blocks per SM its
 // register cap allows: 64 registers, 32 warps per SM (uncapped the prototype took 94-96
 // registers, 20 warps: too few rows in flight for a latency-bound kernel).
@@ -549,13 +623,6 @@ twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ dat
     if constexpr (Listed) {
       q0 = list_indptr[row];
       q1 = list_indptr[row + 1];
-    }
-    if (!Listed && tiles == 1) {  // one tile: its count, then its entries 8 at a time
-      const auto column = [&](long long j) { return static_cast<int>(indices[j]); };
-      const long long base = row * slots;
-      acc = dot_run<T, 1, decltype(column), kSpmvOneTileLoads>(self, base, base + row_counts[0],
-                                                               data, column, x);
-      q1 = 0;
     }
     for (; q0 < q1; q0 += kSpmvCountsAhead) {
       long long t[kSpmvCountsAhead];

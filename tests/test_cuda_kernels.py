@@ -316,6 +316,78 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
     np.testing.assert_array_equal(got[False].view(bits), got[True].view(bits))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
+                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", _compile.SPMV_ONE_TILE_SHAPES, ids=lambda s: f"G{s[0]}-L{s[1]}")
+@pytest.mark.parametrize("k", [3000, 70000], ids=["uint16-columns", "int-columns"])
+@pytest.mark.parametrize("split_log2", [0, 3], ids=["unsplit", "split"])
+def test_one_tile_spmv_matches_the_float64_product(rng, monkeypatch, dtype, shape, k,
+                                                   split_log2):
+    # One tile a row (tile width >= K) takes twell_spmv_one_tile in each (lanes, loads) shape:
+    # rows empty, within their slots, just past them, with overflows a team sums and ones
+    # split into chunks of 2**split_log2 entries (twell_spmv_overflow_chunks: rows of two
+    # chunks or more, starting on and off chunk boundaries, next to each other), every
+    # length at several offsets within a warp; then without any overflow (the instance that
+    # reads no overflow row pointer). Within rounding of the float64 product, every element
+    # written, the same bits from A @ x's kept launch, from A @ X with one column and twice.
+    monkeypatch.setattr(_policy, "one_tile_lanes", lambda *_: shape)
+    monkeypatch.setattr(_policy, "spmv_split_log2",
+                        lambda n_over: split_log2 if split_log2 and n_over >= 2 << split_log2
+                        else 0)
+    slots = 4
+    lengths = [0, 1, 3, 4, 5, 4 + 15, 4 + 16, 4 + 17, 0, 2, 4 + 40, 4 + 100, 7, 4 + 16, 4 + 33]
+    rows = [lengths[r % len(lengths)] for r in range(len(lengths) * 9)]
+    x = np.zeros((len(rows), k))
+    for r, length in enumerate(rows):
+        cols = rng.choice(k, size=length, replace=False)
+        x[r, cols] = rng.standard_normal(length) + np.sign(rng.standard_normal(length)) * 0.5
+    x = cast(x, dtype)
+    v = cast(rng.standard_normal(k), dtype)
+    want = x.astype(np.float64) @ v.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(v.astype(np.float64))
+    tol = {8: 1e-12, 4: 1e-5}.get(np.dtype(dtype).itemsize, 1e-2)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    width = 1 << (k - 1).bit_length()
+    for kept in (slots, max(lengths)):  # with an overflow, then without
+        a = twell.TwELLMatrix(cupy.asarray(x), tile_width=width, slots=kept)
+        assert a.n_tiles == 1 and (a.overflow_nnz > 0) == (kept == slots)
+        vd = cupy.asarray(v)
+        results = []
+        for product in (lambda: a @ vd, lambda: (a @ vd.reshape(k, 1)).ravel(), lambda: a @ vd):
+            Backend("cupy").poison()  # an output element left unwritten shows as NaN
+            results.append(product().get())
+            assert np.all(np.abs(results[-1].astype(np.float64) - want) <= tol * scale)
+        for other in results[1:]:
+            np.testing.assert_array_equal(other.view(bits), results[0].view(bits))
+
+
+def test_matvec_keeps_its_launch_only_for_the_same_storage(rng):
+    # A @ x keeps the SpMV's launch (TwELLMatrix._fast_matvec) while the storage arrays and
+    # the tile index are the same objects: a new storage in the same matrix (resize) or a
+    # tile index made later gives the new product; operands it does not take (another
+    # dtype, a strided vector, a matrix) take the general path; a pickle leaves it behind.
+    import pickle
+
+    x = _activations(rng, 300, 4000, 0.01, np.float32)
+    a = twell.TwELLMatrix(x, tile_width=256, slots=3)
+    v = cupy.asarray(rng.standard_normal(4000).astype(np.float32))
+    np.testing.assert_allclose((a @ v).get(), x.get() @ v.get(), rtol=1e-5, atol=1e-5)
+    assert "_spmv" in a.__dict__
+    np.testing.assert_allclose(a.matvec(v).get(), x.get() @ v.get(), rtol=1e-5, atol=1e-5)
+    a.resize((200, 4000))
+    assert "_spmv" not in a.__dict__
+    np.testing.assert_allclose((a @ v).get(), x.get()[:200] @ v.get(), rtol=1e-5, atol=1e-5)
+    a.index_tiles()
+    np.testing.assert_allclose((a @ v).get(), x.get()[:200] @ v.get(), rtol=1e-5, atol=1e-5)
+    assert a.__dict__["_spmv"][2] is a._tile_index
+    wide = cupy.asarray(rng.standard_normal((8000,)).astype(np.float32))[::2]
+    np.testing.assert_allclose((a @ wide).get(), x.get()[:200] @ wide.get(), rtol=1e-5,
+                               atol=1e-5)
+    v64 = v.astype(np.float64)
+    assert (a @ v64).dtype == np.float64
+    assert "_spmv" not in pickle.loads(pickle.dumps(a)).__dict__
+
+
 @pytest.mark.parametrize(("slots", "tile_width", "lanes"),
                          [(5, 65536, 1), (10, 16384, 1), (1, 512, 1), (2, 256, 32),
                           (3, 256, 32)])

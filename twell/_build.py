@@ -75,32 +75,42 @@ def build(src, tile_width, slots):
 
 
 def _auto_dense_tiles(be, dense, slots):
-    """``(tile_width, hist)`` of ``tile_width="auto"`` for a dense device array: the counts
-    of every 256-column tile, summed pairwise into those of 512, 1024, ... columns up to
-    the row's width, and the histogram of each, read back together (one synchronisation);
-    the entry count decides the width (:func:`twell._layout.auto_tile_width`), whose
-    histogram chooses the slots."""
-    xp = _arrays.array_module(dense)
+    """``(tile_width, hist)`` of ``tile_width="auto"`` for a dense device array.
+
+    :func:`twell._layout.auto_tile_width` answers one of two widths: the narrow one (256
+    columns, or the slots' power of two) or the wide one (one tile as wide as the row), by the
+    entry count. The counts of every 256-column tile are summed into those of both widths
+    and the two histograms are read back together (one synchronisation, a handful of
+    launches whatever the shape); the narrow one gives the entry count, which chooses the
+    width, whose histogram chooses the slots.
+    """
     m, k = dense.shape
-    widths = [_layout.GEMM_TILE_WIDTH]
-    while widths[-1] < min(k, _layout.MAX_TILE_WIDTH):
-        widths.append(min(2 * widths[-1], _layout.MAX_TILE_WIDTH))
-    counts = be.tile_counts_dense(dense, widths[0])
-    hists = [be.count_histogram(counts, widths[0] + 1)]
-    for width in widths[1:] if m else []:  # no rows: every level's histogram is empty
-        if counts.shape[1] % 2:
-            counts = xp.concatenate([counts, xp.zeros((m, 1), dtype=counts.dtype)], axis=1)
-        counts = counts.reshape(m, -1, 2).sum(axis=2, dtype=counts.dtype)
-        hists.append(be.count_histogram(counts, width + 1))
-    if not m:
-        hists += [be.count_histogram(counts, width + 1) for width in widths[1:]]
+    narrow = _layout.auto_tile_width((m, k), m * k, slots)  # every entry non-zero
+    wide = _layout.auto_tile_width((m, k), 0, slots)
+    counts = be.tile_counts_dense(dense, _layout.GEMM_TILE_WIDTH)
+    widths = [narrow] if wide == narrow else [narrow, wide]
+    hists = [be.count_histogram(_wider_counts(counts, w // _layout.GEMM_TILE_WIDTH), w + 1)
+             for w in widths]
+    xp = _arrays.array_module(dense)
     host = _arrays.to_numpy(xp.concatenate(hists))  # the one device-to-host sync
-    starts = np.cumsum([0] + [w + 2 for w in widths])
-    checked = [_layout.checked_histogram(host[a:b], w)
-               for a, b, w in zip(starts[:-1], starts[1:], widths, strict=True)]
+    checked = [_layout.checked_histogram(h, w)
+               for h, w in zip(np.split(host, [narrow + 2]), widths)]
     tile_width = _layout.auto_tile_width((m, k), _layout.histogram_nnz(checked[0]), slots)
-    level = next((i for i, w in enumerate(widths) if w >= tile_width), len(widths) - 1)
-    return tile_width, checked[level]
+    return tile_width, checked[widths.index(tile_width)]
+
+
+def _wider_counts(counts, factor):
+    """Per-tile counts (M, n) -> those of tiles ``factor`` times as wide (a power of two)."""
+    m, n = counts.shape
+    if factor == 1 or m == 0 or n == 0:  # no tiles: an empty histogram whatever the width
+        return counts
+    if factor >= n:  # one tile a row
+        return counts.sum(axis=1, keepdims=True, dtype=counts.dtype)
+    xp = _arrays.array_module(counts)
+    if n % factor:
+        pad = xp.zeros((m, factor - n % factor), dtype=counts.dtype)
+        counts = xp.concatenate([counts, pad], axis=1)
+    return counts.reshape(m, -1, factor).sum(axis=2, dtype=counts.dtype)
 
 
 def host_rows(src):

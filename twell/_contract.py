@@ -56,6 +56,11 @@ class Backend(Protocol):
         float32 (float64 for float64) in a fixed order. ``nnz_hint``: A's entry count when
         known without a read-back; ``tile_index``: the layout's tile index, or None."""
 
+    def spmv(self, parts, shape, tile_width, dtype, tile_index=None):
+        """The function ``x -> A @ x`` for a C-contiguous vector ``x`` of ``dtype`` (the
+        parts') with ``K`` values: :meth:`spmm`'s product with one column, its launch
+        chosen once (on the GPU, the kernel, the grid and the arguments)."""
+
     def matmul_pack_supported(self, x, w, tile_width):
         """Whether :meth:`matmul_pack` takes these operands."""
 

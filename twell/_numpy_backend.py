@@ -194,6 +194,12 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
     return out.astype(out_dtype, copy=False)
 
 
+def spmv(parts, shape, tile_width, dtype, tile_index=None):
+    """The function ``x -> A @ x``: :func:`spmm` with ``x`` as its one column."""
+    return lambda x: spmm(parts, shape, tile_width, x.reshape(-1, 1), dtype,
+                          tile_index=tile_index).reshape(-1)
+
+
 def _sorted_coo_times_dense(rows, cols, vals, b, out):
     """``out[i] = sum over row i's entries e, in order, of vals[e] * b[cols[e]]`` for entries
     sorted by row, ``out`` zeros of ``b``'s dtype.

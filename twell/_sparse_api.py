@@ -27,6 +27,8 @@ and ``get()``:
 ``_transpose()``, ``_sum(axis)``, ``_matmul_dense(b)``
     A new transposed matrix, float64 sums (a scalar array for ``axis=None``), and the product
     with a dense vector or matrix.
+``_fast_matvec(x)`` (optional)
+    ``self @ x`` by a shorter path for the vectors it takes, None for others.
 """
 
 import math
@@ -420,7 +422,8 @@ class SparseArrayAPI:
     def matvec(self, x):
         """``A @ x`` for a vector ``x`` of shape (K,) or (K, 1): what
         ``scipy.sparse.linalg.aslinearoperator`` and cupyx's call."""
-        return self @ x
+        fast = self._fast_matvec(x)
+        return fast if fast is not None else self @ x
 
     def rmatvec(self, x):
         """``A.T @ x`` (the adjoint for real values) through the cached transpose."""
@@ -728,7 +731,15 @@ class SparseArrayAPI:
 
     # -- products -------------------------------------------------------------
 
+    def _fast_matvec(self, x):
+        """``self @ x`` by a format's fast path for a matrix-vector product, or None where
+        it has none for ``x`` (the general path then runs)."""
+        return None
+
     def __matmul__(self, other):
+        fast = self._fast_matvec(other)
+        if fast is not None:
+            return fast
         if _is_scalar(other):
             raise ValueError(_SCALAR_MATMUL)
         if _is_sparse(other):

@@ -22,6 +22,11 @@ from ._build import host_layout
 from ._dtypes import SUPPORTED_DTYPES, astype_dtype, bfloat16, native, result_dtype, value_dtype
 
 
+#: The value dtypes of :meth:`TwELLMatrix._fast_matvec` (the solvers'; 16-bit products take
+#: the general path).
+_FAST_MATVEC_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _backend_of(xp):
     return _backend.backend(xp)
 
@@ -212,6 +217,13 @@ class TwELLMatrix(SparseMatrix):
         self._nnz_hint = nnz_hint
         self._tile_index = None  # from the counts; _from_parts passes it where they are kept
         self.__dict__.pop("_transpose_cache", None)  # of the arrays being replaced
+        self.__dict__.pop("_spmv", None)
+
+    def __getstate__(self):
+        # The kept SpMV launch (_fast_matvec) holds compiled kernels: rebuilt after unpickling.
+        state = dict(self.__dict__)
+        state.pop("_spmv", None)
+        return state
 
     def __setstate__(self, state):
         # A pickle carries the arrays writable: a host matrix's own storage is read-only again.
@@ -222,6 +234,7 @@ class TwELLMatrix(SparseMatrix):
     def _adopt(self, other):
         """Take over ``other``'s state (a constructor's result)."""
         self.__dict__.pop("_transpose_cache", None)
+        self.__dict__.pop("_spmv", None)
         self.__dict__.update(other.__dict__)
 
     @property
@@ -843,6 +856,27 @@ class TwELLMatrix(SparseMatrix):
 
     def _matmul_dense(self, other):
         return _matmul(self, other)
+
+    def _fast_matvec(self, x):
+        """``self @ x`` for a C-contiguous float32/float64 CuPy vector ``x`` of the matrix's
+        dtype with ``K`` values, through the SpMV launch kept from the first such product
+        (twell._cuda._spmm.spmv: one allocation and one launch a call, what an iterative
+        solver pays per product); None for any other operand (the general path). The launch
+        is kept while the storage arrays and the tile index are the same objects."""
+        kept = self.__dict__.get("_spmv")
+        if (kept is not None and type(x) is kept[0] and kept[1] is self._p
+                and kept[2] is self._tile_index and x.dtype == kept[3] and x.shape == kept[4]
+                and x.flags.c_contiguous):
+            return kept[5](x)
+        dtype = self._layout_info[2]
+        if (self._p is None or not _arrays.is_cupy_array(x) or x.dtype != dtype
+                or dtype not in _FAST_MATVEC_DTYPES or x.shape != (self._shape[1],)
+                or not x.flags.c_contiguous):
+            return None
+        run = _backend_of(self._xp).spmv(self._p, self._shape, self._tile_width, dtype,
+                                         self._tile_index)
+        self.__dict__["_spmv"] = (type(x), self._p, self._tile_index, x.dtype, x.shape, run)
+        return run(x)
 
     def _sum(self, axis):
         """float64 sums: of every entry (a 0-d array, ``axis=None``) or along ``axis``.

@@ -9,7 +9,7 @@ from ._cast import cast
 from ._ffn import gated_up, matmul_pack, matmul_pack_auto, matmul_pack_supported
 from ._pack import pack_csr, pack_dense, tile_counts_csr, tile_counts_dense
 from ._reduce import count_histogram, exclusive_scan
-from ._spmm import spmm
+from ._spmm import spmm, spmv
 from ._unpack import to_csr, to_dense
 
 register_scan(cupy, exclusive_scan)
@@ -26,6 +26,7 @@ __all__ = [
     "pack_csr",
     "pack_dense",
     "spmm",
+    "spmv",
     "tile_counts_csr",
     "tile_counts_dense",
     "to_csr",

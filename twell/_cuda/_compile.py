@@ -88,6 +88,10 @@ SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), 
 #: ``twell_spmv_thread_rows`` (a thread per row), the others ``twell_spmv_rows`` (a team).
 SPMV_LANES = (1, 32)
 
+#: (G lanes per row, entries a lane reads at once) of the one-tile SpMV
+#: (``twell_spmv_one_tile``), chosen by the row's room (:func:`._policy.one_tile_lanes`).
+SPMV_ONE_TILE_SHAPES = ((1, 8), (8, 4))
+
 #: Suffix of the module key of a source's instances for tiles wider than 65536 columns, whose
 #: columns within a tile are int (``indices`` int32); the narrow instances keep the default
 #: ``Index = unsigned short``. Compiled apart, so that a process that never sees such a tile
@@ -99,7 +103,7 @@ WIDE = ":wide"
 _BEFORE_INDEX = {"twell_pack_dense": (4, ("1",)), "twell_pack_csr": (1, ()),
                  "twell_unpack_dense": (2, ()), "twell_rows_to_csr": (1, ()),
                  "twell_spmm_rows": (6, ("false",)), "twell_spmv_rows": (2, ()),
-                 "twell_spmv_thread_rows": (2, ("false",))}
+                 "twell_spmv_thread_rows": (2, ("false",)), "twell_spmv_one_tile": (4, ())}
 
 
 def wide(expression):
@@ -131,6 +135,9 @@ INSTANCES = {
                  for g, c, e in SPMM_ROWS_SHAPES]
                 + [f"{k[:-1]}, {g}>" for k in _typed("twell_spmv_rows") for g in SPMV_LANES[1:]]
                 + _typed("twell_spmv_thread_rows")
+                + [f"{k[:-1]}, {over}, {g}, {loads}>" for k in _typed("twell_spmv_one_tile")
+                   for g, loads in SPMV_ONE_TILE_SHAPES for over in ("false", "true")]
+                + _typed("twell_spmv_overflow_chunks")
                 + [listed(k) for k in _vectored("twell_spmm_rows")
                    for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
                 + [listed(k) for k in _typed("twell_spmv_thread_rows")]),

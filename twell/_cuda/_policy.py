@@ -194,6 +194,39 @@ def spmv_lanes(parts, m, tile_index=None):
     return _compile.SPMV_LANES[0] if room <= SPMV_THREAD_ROW_ENTRIES else _compile.SPMV_LANES[-1]
 
 
+#: Upper bounds of the room a row (:func:`row_room`) for each shape of
+#: ``_compile.SPMV_ONE_TILE_SHAPES`` but the last: see :func:`one_tile_lanes`.
+ONE_TILE_ROOM = (8,)
+
+#: Entries per chunk of a split overflow row in the one-tile SpMV, as a power of two: a row
+#: whose overflow holds at least two chunks is summed by a warp per chunk
+#: (``twell_spmv_overflow_chunks``), so that a hub row of a power-law graph is not one team's
+#: serial work. Measured on the power-law graph (H100): chunks of 256 entries beat 64
+#: (0.237 against 0.290 ms in float64; each chunk finds its rows by two binary searches of
+#: the row pointer), and without splitting its longest row (24,718 entries) kept a team
+#: 2.5 ms.
+SPMV_SPLIT_LOG2 = 8
+
+
+def one_tile_lanes(parts, m):
+    """``(G, Loads)`` of the one-tile SpMV (``twell_spmv_one_tile``): G lanes per row, each
+    reading Loads entries before their x values, from the row's room (slots plus an even share
+    of the overflow; no sync). Measured on an H100 (docs/design.rst, the SpMV): a thread per
+    row reading 8 entries at once on the Poisson stencil (room 5: 0.0230 ms in float32
+    against 0.0275 for 2 lanes and 0.035 for 4), 8 lanes reading 4 each on the power-law
+    graph (room 32: 0.237 ms in float64 against 0.266 for 4 lanes and 0.245 for 16)."""
+    room = row_room(parts, m)
+    shapes = _compile.SPMV_ONE_TILE_SHAPES
+    return next((shape for bound, shape in zip(ONE_TILE_ROOM, shapes) if room <= bound),
+                shapes[-1])
+
+
+def spmv_split_log2(n_over):
+    """``chunk_log2`` of the one-tile SpMV's split rows (:data:`SPMV_SPLIT_LOG2`), or 0 when
+    the overflow cannot hold a row of two chunks."""
+    return SPMV_SPLIT_LOG2 if n_over >= 2 << SPMV_SPLIT_LOG2 else 0
+
+
 def spmm_way(m, k, n, dtype, nnz_hint):
     """How :func:`spmm` runs ``A @ B`` by default: ``"dense"`` (cuBLAS on ``A.toarray()``) or
     ``"rows"`` (the gather kernel), by the conditions listed there, without a host sync.

@@ -66,21 +66,9 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
             run_rows = nonfinite(b)
     if out is None:
         out = cupy.empty((m, n), dtype=out_dtype)
-    common = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
-              parts.overflow_indices, parts.overflow_data, i64(m), i64(k), i32(tile_width),
-              i32(parts.data.shape[2]))
-    if n == 1 and way != "dense":
-        if _policy.spmv_lanes(parts, m, tile_index) == 1:  # a thread per row (kSpmvBlock)
-            expr, args = _listed_args(instance("twell_spmv_thread_rows", out_dtype), parts,
-                                      tile_index)
-            kernel = _compile.function(*indexed("spmm.cu", expr, parts.indices.dtype))
-            kernel(blocks(m, BLOCK), (BLOCK,), (*common, *args, b, out))
-        else:  # a team of 32 lanes per row, which reads its counts (spmm.cu: not the index)
-            lanes = _compile.SPMV_LANES[-1]
-            kernel = _compile.function(*indexed(
-                "spmm.cu", instance_n("twell_spmv_rows", out_dtype, lanes), parts.indices.dtype))
-            kernel(blocks(m, BLOCK // lanes), (BLOCK,), (*common, b, out))
-        return out
+    common = _common_args(parts, shape, tile_width)
+    if n == 1 and way != "dense":  # a matrix-vector product never densifies (_policy)
+        return spmv(parts, shape, tile_width, out_dtype, tile_index)(b.reshape(k)).reshape(m, 1)
     if run_rows is None:  # not for the SpMV above: a fill kernel per product in a solver
         run_rows = cupy.ones((), dtype=bool)
     vec = vector_for(out_dtype, n % _compile.vector_width(out_dtype) == 0, aligned(b, out))
@@ -116,3 +104,92 @@ def _listed_args(expr, parts, tile_index):
     if tile_index is None:
         return expr, (parts.overflow_indptr, parts.overflow_indices)
     return _compile.listed(expr), (tile_index.indptr, tile_index.tiles)
+
+
+def _common_args(parts, shape, tile_width):
+    """The storage arguments that the gather and SpMV kernels share."""
+    return (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+            parts.overflow_indices, parts.overflow_data, i64(shape[0]), i64(shape[1]),
+            i32(tile_width), i32(parts.data.shape[2]))
+
+
+def spmv(parts, shape, tile_width, dtype, tile_index=None):
+    """The function ``x -> A @ x`` for a C-contiguous CuPy vector ``x`` of ``dtype`` (the
+    parts' dtype) with ``K`` values.
+
+    The kernel, its grid and its arguments are chosen here, once: a call allocates ``y``
+    (and the split rows' partial sums) and launches (one kernel, two where long overflow rows
+    are split), which is what an iterative solver pays per product
+    (``TwELLMatrix.matvec`` keeps this function). The kernels, by the layout:
+
+    * one tile a row (``tile_width >= K``, what ``tile_width="auto"`` gives matrices of short
+      rows): ``twell_spmv_one_tile``, a team of :func:`._policy.one_tile_lanes` lanes per
+      row reading its slots as a CSR row is read, without the overflow's row pointer when
+      there is no overflow; an overflow row of at least two chunks
+      (:func:`._policy.spmv_split_log2`) is summed by ``twell_spmv_overflow_chunks``, a warp
+      per chunk, first;
+    * else a thread per row (``twell_spmv_thread_rows``, walking ``tile_index`` where it
+      pays) or a team of 32 (``twell_spmv_rows``), by :func:`._policy.spmv_lanes`.
+    """
+    m, k = shape
+    if m == 0:
+        return lambda x: cupy.zeros(0, dtype=dtype)
+    wide = parts.indices.dtype != _layout.INDEX_DTYPE
+    if tile_index is not None and (wide or not _policy.index_pays(parts, m, tile_index)):
+        tile_index = None
+    if parts.data.shape[1] == 1:
+        return _one_tile_spmv(parts, m, dtype)
+    common = _common_args(parts, shape, tile_width)
+    if _policy.spmv_lanes(parts, m, tile_index) == 1:  # a thread per row (kSpmvBlock)
+        expr, extra = _listed_args(instance("twell_spmv_thread_rows", dtype), parts, tile_index)
+        kernel = _compile.function(*indexed("spmm.cu", expr, parts.indices.dtype))
+        grid, args = blocks(m, BLOCK), (*common, *extra)
+    else:  # a team of 32 lanes per row, which reads its counts (spmm.cu: not the index)
+        lanes = _compile.SPMV_LANES[-1]
+        kernel = _compile.function(*indexed(
+            "spmm.cu", instance_n("twell_spmv_rows", dtype, lanes), parts.indices.dtype))
+        grid, args = blocks(m, BLOCK // lanes), common
+
+    def run(x):
+        y = cupy.empty(m, dtype=dtype)
+        kernel(grid, (BLOCK,), (*args, x, y))
+        return y
+
+    return run
+
+
+def _one_tile_spmv(parts, m, dtype):
+    """:func:`spmv` for a layout of one tile a row."""
+    lanes, loads = _policy.one_tile_lanes(parts, m)
+    n_over = int(parts.overflow_indices.size)
+    kernel = _compile.function(*indexed(
+        "spmm.cu", instance_n("twell_spmv_one_tile", dtype,
+                              "true" if n_over else "false", lanes, loads), parts.indices.dtype))
+    grid = blocks(m * lanes, BLOCK)
+    head = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+            parts.overflow_indices, parts.overflow_data, i64(m), i32(parts.data.shape[2]))
+    log2 = _policy.spmv_split_log2(n_over)
+    acc = accumulator_dtype(dtype)
+    if not log2:
+        unread = cupy.empty(0, dtype=acc)  # no row is split: the partial sums are not read
+
+        def run(x):
+            y = cupy.empty(m, dtype=dtype)
+            kernel(grid, (BLOCK,), (*head, unread, i32(0), x, y))
+            return y
+
+        return run
+    chunks = -(-n_over >> log2)
+    chunk_kernel = _compile.function("spmm.cu", instance("twell_spmv_overflow_chunks", dtype))
+    chunk_grid = blocks(chunks * 32, BLOCK)
+    chunk_head = (parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, i64(m),
+                  i32(log2))
+
+    def run_split(x):
+        partial = cupy.empty(2 * chunks, dtype=acc)
+        chunk_kernel(chunk_grid, (BLOCK,), (*chunk_head, x, partial))
+        y = cupy.empty(m, dtype=dtype)
+        kernel(grid, (BLOCK,), (*head, partial, i32(log2), x, y))
+        return y
+
+    return run_split
