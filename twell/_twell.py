@@ -22,11 +22,6 @@ from ._build import host_layout
 from ._dtypes import SUPPORTED_DTYPES, astype_dtype, bfloat16, native, result_dtype, value_dtype
 
 
-#: The value dtypes of :meth:`TwELLMatrix._fast_matvec` (the solvers'; 16-bit products take
-#: the general path).
-_FAST_MATVEC_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 def _backend_of(xp):
     return _backend.backend(xp)
 
@@ -858,8 +853,8 @@ class TwELLMatrix(SparseMatrix):
         return _matmul(self, other)
 
     def _fast_matvec(self, x):
-        """``self @ x`` for a C-contiguous float32/float64 CuPy vector ``x`` of the matrix's
-        dtype with ``K`` values, through the SpMV launch kept from the first such product
+        """``self @ x`` for a C-contiguous CuPy vector ``x`` of the matrix's dtype with ``K``
+        values, through the SpMV launch kept from the first such product
         (twell._cuda._spmm.spmv: one allocation and one launch a call, what an iterative
         solver pays per product); None for any other operand (the general path). The launch
         is kept while the storage arrays and the tile index are the same objects."""
@@ -869,9 +864,8 @@ class TwELLMatrix(SparseMatrix):
                 and x.flags.c_contiguous):
             return kept[5](x)
         dtype = self._layout_info[2]
-        if (self._p is None or not _arrays.is_cupy_array(x) or x.dtype != dtype
-                or dtype not in _FAST_MATVEC_DTYPES or x.shape != (self._shape[1],)
-                or not x.flags.c_contiguous):
+        if (self._p is None or self._xp is np or not _arrays.is_cupy_array(x) or x.dtype != dtype
+                or x.shape != (self._shape[1],) or not x.flags.c_contiguous):
             return None
         run = _backend_of(self._xp).spmv(self._p, self._shape, self._tile_width, dtype,
                                          self._tile_index)
