@@ -94,7 +94,7 @@ def _auto_dense_tiles(be, dense, slots):
     xp = _arrays.array_module(dense)
     host = _arrays.to_numpy(xp.concatenate(hists))  # the one device-to-host sync
     checked = [_layout.checked_histogram(h, w)
-               for h, w in zip(np.split(host, [narrow + 2]), widths)]
+               for h, w in zip(np.split(host, [narrow + 2])[:len(widths)], widths, strict=True)]
     tile_width = _layout.auto_tile_width((m, k), _layout.histogram_nnz(checked[0]), slots)
     return tile_width, checked[widths.index(tile_width)]
 
