@@ -21,9 +21,9 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
 
     * the gather kernel ``twell_spmm_rows`` (8 to 32 lanes per row and up to 1024 columns of
       16-bit values, by N and the layout: :func:`._policy.rows_shape`; the B row of each
-      entry read from L2; for one column ``twell_spmv_thread_rows`` or ``twell_spmv_rows``,
-      :func:`._policy.spmv_lanes`), after ``twell_spmm_overflow_chunks`` when a row's
-      overflow may be long enough to split (:func:`._policy.split_chunk`);
+      entry read from L2; one column takes the SpMV, :func:`spmv`), after
+      ``twell_spmm_overflow_chunks`` when a row's overflow may be long enough to split
+      (:func:`._policy.split_chunk`);
     * ``A.toarray() @ b`` by cuBLAS where the cost model says it pays. If the ``M x K``
       temporary cannot be allocated, the gather kernel runs instead. If ``b`` holds Inf or
       NaN, the dense product would multiply A's zeros by them (NaN where A has no entry), so
