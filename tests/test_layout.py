@@ -277,6 +277,28 @@ def test_auto_slots_refuses_counts_beyond_the_tile_width():
         _tile_counts_histogram(np.array([[0, 3, 9]], dtype=np.int32), 8)
 
 
+@given(m=st.integers(0, 6), k=st.integers(0, 1200), density=st.sampled_from([0, 0.002, 0.3]),
+       slots=st.sampled_from(["auto", 1, 5, 300, 700]), seed=st.integers(0, 2**16))
+def test_automatic_width_of_a_dense_array_is_the_rules_with_its_histogram(m, k, density, slots,
+                                                                          seed):
+    # A dense GPU input answers tile_width="auto" from its 256-column counts summed into the
+    # two widths the rule can answer (twell._build._auto_dense_tiles; run here on the NumPy
+    # backend, which has the same primitives): the width is auto_tile_width's for the entry
+    # count, and the histogram is that of the per-tile counts at that width, counted from the
+    # definition.
+    from twell import _build, _numpy_backend
+
+    rng = np.random.default_rng(seed)
+    x = (rng.random((m, k)) < density).astype(np.float32)
+    width, hist = _build._auto_dense_tiles(_numpy_backend, x, slots)
+    assert width == _layout.auto_tile_width((m, k), int(np.count_nonzero(x)), slots)
+    n_tiles = _layout.n_tiles(k, width)
+    per_tile = [int(np.count_nonzero(x[r, t * width:(t + 1) * width]))
+                for r in range(m) for t in range(n_tiles)]
+    want = np.bincount(per_tile, minlength=width + 1) if per_tile else np.zeros(width + 1)
+    assert hist.tolist() == want.tolist()
+
+
 @gpu_test
 def test_cuda_header_agrees_with_python_layout():
     """cuda_src/twell_layout.cuh computes n_tiles and packed capacities like _layout.py."""
