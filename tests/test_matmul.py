@@ -176,6 +176,38 @@ def test_matvec_with_no_columns(backend):
                                   np.zeros(3))
 
 
+@pytest.mark.parametrize("dtype", [F32, F64], ids=lambda d: d.name)
+def test_vector_products_keep_their_launch_for_the_same_storage(backend, dtype):
+    """``A @ v``, ``A.matvec(v)`` and ``A.dot(v)`` keep the product's launch on the matrix
+    (``TwELLMatrix._fast_matvec``: scipy's CSR matrix of the host's compressed rows, the GPU
+    SpMV's kernel and arguments): the kept launch gives the general path's bits, a new storage
+    (``resize``) drops it, vectors it does not take (strided, another dtype, 2-D) take the
+    general path, and a pickle leaves it behind."""
+    import pickle
+
+    rng = np.random.default_rng(3)
+    x = np.where(rng.random((40, 300)) < 0.05, rng.standard_normal((40, 300)), 0).astype(dtype)
+    a = twell.TwELLMatrix(backend.asarray(x), tile_width=64, slots=2)
+    v = rng.standard_normal(300).astype(dtype)
+    want = x.astype(np.float64) @ v.astype(np.float64)
+    vd = backend.asarray(v)
+    for product in (a.__matmul__, a.matvec, a.dot, a.__matmul__):
+        backend.poison()
+        assert rel_err(backend.to_host(product(vd)), want) <= MATMUL_RTOL[dtype]
+    assert "_spmv" in a.__dict__
+    kept = backend.to_host(a @ vd)
+    general = backend.to_host((a @ vd.reshape(-1, 1)).ravel())
+    np.testing.assert_array_equal(kept, general)
+    strided = backend.asarray(np.repeat(v, 2))[::2]
+    np.testing.assert_array_equal(backend.to_host(a @ strided), kept)
+    other = backend.asarray(v.astype(np.float64 if dtype == F32 else np.float32))
+    assert (a @ other).dtype == np.float64
+    assert "_spmv" not in pickle.loads(pickle.dumps(a)).__dict__
+    a.resize((20, 300))
+    assert "_spmv" not in a.__dict__
+    assert rel_err(backend.to_host(a @ vd), want[:20]) <= MATMUL_RTOL[dtype]
+
+
 # -- the host's order of sums ---------------------------------------------------------------
 
 @st.composite

@@ -853,23 +853,35 @@ class TwELLMatrix(SparseMatrix):
         return _matmul(self, other)
 
     def _fast_matvec(self, x):
-        """``self @ x`` for a C-contiguous CuPy vector ``x`` of the matrix's dtype with ``K``
-        values, through the SpMV launch kept from the first such product
-        (twell._cuda._spmm.spmv: one allocation and one launch a call, what an iterative
-        solver pays per product); None for any other operand (the general path). The launch
-        is kept while the storage arrays and the tile index are the same objects."""
+        """``self @ x`` for a C-contiguous vector ``x`` of the matrix's dtype with ``K`` values
+        on the matrix's device, through a launch kept from the first such product: on the GPU
+        the SpMV's kernel, grid and arguments (twell._cuda._spmm.spmv: one allocation and one
+        launch a call), on the host scipy's CSR matrix of the kept compressed rows (float32
+        and float64). What an iterative solver pays per product is then little more than the
+        kernel. None for any other operand (the general path). The launch is kept while the
+        storage (or the compressed rows) and the tile index are the same objects."""
         kept = self.__dict__.get("_spmv")
-        if (kept is not None and type(x) is kept[0] and kept[1] is self._p
-                and kept[2] is self._tile_index and x.dtype == kept[3] and x.shape == kept[4]
-                and x.flags.c_contiguous):
+        if (kept is not None and type(x) is kept[0] and kept[2] is self._tile_index
+                and kept[1] is (self._p if self._csr is None else self._csr)
+                and x.dtype == kept[3] and x.shape == kept[4] and x.flags.c_contiguous):
             return kept[5](x)
         dtype = self._layout_info[2]
-        if (self._p is None or self._xp is np or not _arrays.is_cupy_array(x) or x.dtype != dtype
+        host = type(x) is np.ndarray
+        if (not (host or _arrays.is_cupy_array(x)) or x.dtype != dtype
                 or x.shape != (self._shape[1],) or not x.flags.c_contiguous):
             return None
-        run = _backend_of(self._xp).spmv(self._p, self._shape, self._tile_width, dtype,
-                                         self._tile_index)
-        self.__dict__["_spmv"] = (type(x), self._p, self._tile_index, x.dtype, x.shape, run)
+        if self._xp is np:
+            csr = self._compute_form()
+            if not host or csr is None or csr.data.dtype != dtype:
+                return None  # a device vector, shared storage, 16-bit values: the general path
+            run, key = csr.scipy(self._shape).__matmul__, csr
+        else:
+            if host:
+                return None
+            run = _backend_of(self._xp).spmv(self._p, self._shape, self._tile_width, dtype,
+                                             self._tile_index)
+            key = self._p
+        self.__dict__["_spmv"] = (type(x), key, self._tile_index, x.dtype, x.shape, run)
         return run(x)
 
     def _sum(self, axis):
