@@ -182,6 +182,12 @@ def build_parser(prog="bench.py"):
     d.add_argument("--blocks-per-gpu", type=int, default=2,
                    help="row blocks per GPU (per worker in the cluster runs; default 2)")
     d.add_argument("--max-gpus", type=int, help="use at most this many GPUs")
+    d.add_argument("--memory-fraction", type=float,
+                   help="size M so that A, B and C take this share of one GPU's memory")
+    d.add_argument("--weak", action="store_true",
+                   help="also weak scaling: W workers, W times the rows")
+    d.add_argument("--fault", action="store_true",
+                   help="also kill a worker mid-product on the largest cluster")
     return p
 
 

@@ -20,6 +20,22 @@ cluster-W
     one-worker cluster. A and B are built and kept on the workers (B copied to every worker
     first); the timed part is the product, kept on the workers, until every GPU has finished
     (``cudaDeviceSynchronize`` on each worker).
+cluster-W csr
+    The same product with A's blocks as cupyx CSR matrices (float32 and float64), on the same
+    cluster: the contender.
+weak-W (``--weak``)
+    Weak scaling: W workers multiply a matrix of W times the rows, each GPU holding as much as
+    the one-worker run; efficiency ``t(1) / t(W)``. Row r of A is the same in every matrix,
+    so the first M rows of each product are checked against the one-worker product.
+fault-W (``--fault``)
+    The product on the largest cluster with one worker's process killed (SIGKILL) while it
+    runs one of the product's tasks: the nanny restarts it and Dask recomputes what it held,
+    or the product fails; the record says which, and checks a completed product.
+
+``--memory-fraction F`` sizes M so that A (as TwELL), B and C take about F of GPU 0's memory
+with one worker, and generates A in blocks small enough for its dense temporaries; the single
+and ``dask-local`` baselines, which need the dense A whole, are left out when it would not
+fit, and the one-worker cluster's product is then the reference.
 
 Times are wall clock (``perf_counter``) around each run after a warm-up, median of ``--reps``
 (default 5); the product of each configuration is checked once against the single-matrix
@@ -175,38 +191,156 @@ def run_dask_local(w, dtype, on_gpu, reference):
         return _record("dask-local", 1, A, median, times, rel_err(y.compute(), reference))
 
 
-def run_cluster(w, dtype, workers, reference):
-    """LocalCUDACluster, one worker per GPU."""
-    import dask.array as da
-    from dask_cuda import LocalCUDACluster
-    from distributed import Client, futures_of, wait
+def csr_block(chunk):
+    """A dense chunk as the contender's block: scipy's CSR on the host, cupyx's on a GPU."""
+    if isinstance(chunk, np.ndarray):
+        import scipy.sparse as sp
 
-    import twell.dask
+        return sp.csr_matrix(chunk)
+    import cupyx.scipy.sparse as cs
+
+    return cs.csr_matrix(chunk)
+
+
+def _block_product(a, b):
+    return a @ b
+
+
+def csr_matrix(w, n_blocks, on_gpu):
+    """A as a Dask array of CSR blocks (:func:`csr_block`) of the same chunks as
+    :func:`dask_matrix`."""
+    import dask.array as da
+
+    if on_gpu:
+        import cupyx.scipy.sparse as cs
+
+        meta = cs.csr_matrix((0, 0), dtype=np.float32)
+    else:
+        import scipy.sparse as sp
+
+        meta = sp.csr_matrix((0, 0), dtype=np.float32)
+    return da.map_blocks(csr_block, dask_matrix(w, n_blocks, on_gpu), dtype=np.float32,
+                         meta=meta)
+
+
+def csr_product(A, B, n, on_gpu):
+    """``A @ B`` block by block for CSR blocks ``A`` and ``B`` of one block."""
+    import dask.array as da
+
+    return da.map_blocks(_block_product, A, B, chunks=(A.chunks[0], (n,)), dtype=B.dtype,
+                         meta=_xp(on_gpu).empty((0, 0), dtype=B.dtype))
+
+
+def run_cluster(w, dtype, workers, reference, *, weak=False, fault=False):
+    """LocalCUDACluster, one worker per GPU: the records of twell's product (``cluster-W``),
+    the CSR contender's (``cluster-W csr``, float32 and float64), weak scaling's (``weak-W``)
+    and a worker killed mid-product (``fault-W``), as asked. ``reference`` is the single
+    product (None: the first record's product becomes it). Returns ``(records, reference)``.
+    """
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
 
     _pickle_by_value()
     devices = ",".join(str(i) for i in range(workers))
     with LocalCUDACluster(n_workers=workers, CUDA_VISIBLE_DEVICES=devices) as cluster, \
             Client(cluster) as client:
+        return _cluster_records(client, w, dtype, workers, reference, weak, fault, True,
+                                f"cluster-{workers}")
+
+
+def _cluster_records(client, w, dtype, workers, reference, weak, fault, on_gpu, name):
+    """The records of :func:`run_cluster` on ``client`` (GPU workers, or CPU processes for
+    the dry run)."""
+    import dask.array as da
+    from distributed import futures_of, wait
+
+    import twell.dask
+
+    records = []
+    B = da.map_blocks(lambda block_id=None: make_rhs(w["k"], w["n"], on_gpu, dtype),
+                      chunks=((w["k"],), (w["n"],)),
+                      meta=cast(_xp(on_gpu), _xp(on_gpu).empty((0, 0), dtype=np.float32),
+                                dtype)).persist()
+    wait(B)
+    client.replicate(futures_of(B))  # every worker holds B before the clock starts
+
+    def product_step(make):
+        def step():
+            y = make().persist()
+            wait(y)
+            client.run(sync, on_gpu)  # tasks return at launch: wait for every GPU
+            return y
+        return step
+
+    def twell_matrix(rows_w):
         A = twell.dask.from_dask_array(
-            dask_matrix(w, workers * w["blocks_per_gpu"], on_gpu=True),
+            dask_matrix(rows_w, workers * rows_w["blocks_per_gpu"], on_gpu=on_gpu),
             tile_width=w["tile_width"], dtype=dtype).persist()
         wait(futures_of(A.to_delayed()))
-        B = da.map_blocks(lambda block_id=None: make_rhs(w["k"], w["n"], True, dtype),
-                          chunks=((w["k"],), (w["n"],)),
-                          meta=cast(_xp(True), _xp(True).empty((0, 0), dtype=np.float32),
-                                    dtype)).persist()
-        wait(B)
-        client.replicate(futures_of(B))  # every worker holds B before the clock starts
+        return A
 
-        def step():
-            y = (A @ B).persist()
-            wait(y)
-            client.run(lambda: sync(True))  # tasks return at launch: wait for every GPU
-            return y
+    A = twell_matrix(w)
+    median, times, y = timed(product_step(lambda: A @ B), w["reps"])
+    product = y.compute()
+    del y
+    if reference is None:
+        reference = product
+    records.append(_record(name, workers, A, median, times, rel_err(product, reference)))
+    del product
+    if fault:
+        records.append(_fault_record(client, A, B, workers, reference))
+    del A  # the contender's blocks take its place on the GPUs
+    if np.dtype(dtype) in (np.float32, np.float64):
+        C = csr_matrix(w, workers * w["blocks_per_gpu"], on_gpu).persist()
+        wait(futures_of(C))
+        median, times, y = timed(product_step(lambda: csr_product(C, B, w["n"], on_gpu)),
+                                 w["reps"])
+        records.append({"config": f"{name} csr", "workers": workers, "blocks": C.numblocks[0],
+                        "seconds": median, "times": times,
+                        "rel_err_vs_single": rel_err(y.compute(), reference)})
+        del C, y
+    if weak:
+        big = {**w, "m": w["m"] * workers}
+        A = twell_matrix(big)
+        median, times, y = timed(product_step(lambda: A @ B), w["reps"])
+        first = y[:w["m"]].compute()
+        records.append(_record(f"weak-{workers}", workers, A, median, times,
+                               rel_err(first, reference)))
+        records[-1]["weak"] = True
+    return records, reference
 
-        median, times, y = timed(step, w["reps"])
-        return _record(f"cluster-{workers}", workers, A, median, times,
-                       rel_err(y.compute(), reference))
+
+def _fault_record(client, A, B, workers, reference):
+    """``A @ B`` with the process of a worker running one of its tasks killed (SIGKILL):
+    completed (and checked) or failed (the error), never silently short."""
+    import os
+    import signal
+
+    from distributed import futures_of, wait
+
+    pids = client.run(os.getpid)
+    y = (A @ B).persist()
+    killed = None
+    deadline = time.monotonic() + 60
+    while killed is None and time.monotonic() < deadline:
+        for worker, running in client.processing().items():
+            if running:
+                os.kill(pids[worker], signal.SIGKILL)
+                killed = worker
+                break
+        else:
+            if all(f.done() for f in futures_of(y)):
+                break  # the product finished before any worker was seen running it
+            time.sleep(0.005)
+    record = {"config": f"fault-{workers}", "workers": workers, "blocks": A.numblocks,
+              "seconds": float("nan"), "killed": killed}
+    try:
+        wait(y, timeout=600)
+        err = rel_err(y.compute(), reference)
+        record.update(outcome="completed", rel_err_vs_single=err)
+    except Exception as exc:  # noqa: BLE001 - a failed product is this record's result
+        record.update(outcome=f"failed: {type(exc).__name__}: {exc}")
+    return record
 
 
 def _pickle_by_value():
@@ -270,21 +404,42 @@ def worker_counts(n):
 
 
 def table(records):
-    lines = [f"{'config':<22} {'workers':>7} {'blocks':>6} {'median s':>10} {'speed-up':>8} "
+    lines = [f"{'config':<28} {'workers':>7} {'blocks':>6} {'median s':>10} {'speed-up':>8} "
              f"{'efficiency':>10} {'rel err':>9}"]
     for r in records:
         speedup = r.get("speedup")
         eff = r.get("efficiency")
         lines.append(
-            f"{r['config']:<22} {r['workers']:>7} {r.get('blocks', 1):>6} {r['seconds']:>10.4f} "
+            f"{r['config']:<28} {r['workers']:>7} {r.get('blocks', 1):>6} {r['seconds']:>10.4f} "
             f"{'' if speedup is None else f'{speedup:.2f}':>8} "
             f"{'' if eff is None else f'{eff:.1%}':>10} "
-            f"{r.get('rel_err_vs_single', 0.0):>9.1e}")
+            + (f"{r['rel_err_vs_single']:>9.1e}" if "rel_err_vs_single" in r else " " * 9)
+            + (f"  {r['outcome']}" if "outcome" in r else ""))
     return "\n".join(lines)
 
 
-def workload(args):
-    """The Dask suite's workload from the command line (tiny sizes for the dry run)."""
+#: Bytes of device memory per element of a dense chunk while :func:`make_rows` makes it (its
+#: uint64 hash temporaries and the float32 result), and the share of the device one chunk's
+#: temporaries may take.
+GENERATE_BYTES = 48
+GENERATE_SHARE = 0.15
+
+
+def row_bytes(k, n, density, tile_width, itemsize):
+    """Estimated device bytes a row of A (as TwELL with ``slots="auto"``, from the binomial
+    histogram of its per-tile counts), of B's share and of C take."""
+    from scipy.stats import binom
+
+    tiles = -(-k // tile_width)
+    hist = np.round(binom.pmf(np.arange(tile_width + 1), tile_width, density) * 1e9)
+    slots = twell.auto_slots(hist.astype(np.int64), tile_width)
+    return tiles * (4 + slots * (itemsize + 2)) + 8 + n * itemsize
+
+
+def workload(args, device_bytes=None):
+    """The Dask suite's workload from the command line (tiny sizes for the dry run), M from
+    ``--memory-fraction`` of ``device_bytes`` when given, the blocks per GPU raised so that a
+    block's dense temporaries take at most GENERATE_SHARE of the device."""
     m, k, n = args.shape or DEFAULT_SHAPE
     w = {"m": m, "k": k, "n": n, "density": args.density, "dtype": args.dask_dtype,
          "tile_width": args.tile_width, "blocks_per_gpu": args.blocks_per_gpu,
@@ -292,27 +447,91 @@ def workload(args):
     if args.cpu_dry_run:
         w.update(m=min(m, 600), k=min(k, 700), n=min(n, 16), density=max(args.density, 0.05),
                  reps=min(args.reps, 2))
+        return w
+    if device_bytes:
+        itemsize = np.dtype(DTYPES[args.dask_dtype]).itemsize
+        if args.memory_fraction:
+            per_row = row_bytes(k, n, args.density, args.tile_width, itemsize)
+            w["m"] = int(args.memory_fraction * device_bytes // per_row)
+            w["memory_fraction"] = args.memory_fraction
+        block_rows = max(1, int(GENERATE_SHARE * device_bytes // (GENERATE_BYTES * k)))
+        w["blocks_per_gpu"] = max(w["blocks_per_gpu"], -(-w["m"] // block_rows))
     return w
+
+
+def dense_fits(w, device_bytes):
+    """Whether the single baselines' dense A (and its temporaries) fits the device."""
+    return device_bytes is None or w["m"] * w["k"] * GENERATE_BYTES <= 0.5 * device_bytes
+
+
+def _device_bytes():
+    import cupy
+
+    return int(cupy.cuda.runtime.memGetInfo()[1])
+
+
+def _efficiencies(records):
+    """Speed-up and efficiency of each scaling record against its series' one-worker record:
+    strong scaling ``t(1) / (W t(W))``, weak ``t(1) / t(W)``; the CSR contender's against
+    its own one-worker run."""
+    first = {}
+    for r in records:
+        series = r["config"].split("-")[0] + (" csr" if " csr" in r["config"] else "")
+        if "seconds" not in r or not np.isfinite(r["seconds"]) or series == "fault":
+            continue
+        t1 = first.setdefault(series, r["seconds"])
+        r["speedup"] = t1 / r["seconds"]
+        r["efficiency"] = t1 / r["seconds"] if r.get("weak") else t1 / (
+            r["workers"] * r["seconds"])
+
+
+def run_processes(w, dtype, reference, weak, fault):
+    """CPU dry run of the cluster records (:func:`_cluster_records`): a ``distributed``
+    LocalCluster of 2 single-threaded worker processes with NumPy blocks."""
+    import dask
+    import distributed
+
+    _pickle_by_value()
+    with dask.config.set({"distributed.scheduler.worker-ttl": None}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=":0", silence_logs=40) as cluster, \
+            distributed.Client(cluster) as client:
+        records, _ = _cluster_records(client, w, dtype, 2, reference, weak, fault, False,
+                                      "processes-2")
+    for r in records:
+        r["config"] += " (dry run)"
+    return records
 
 
 def run(args, card=None):
     """Run the Dask suite; write its JSON and table to ``args.out``; return the document."""
-    w = workload(args)
-    dtype = DTYPES[w["dtype"]]
     on_gpu = not args.cpu_dry_run
+    device_bytes = _device_bytes() if on_gpu else None
+    w = workload(args, device_bytes)
+    dtype = DTYPES[w["dtype"]]
     n_gpus = gpu_count()
     if args.max_gpus is not None:
         n_gpus = min(n_gpus, args.max_gpus)
     notes = []
 
-    single, reference = run_single(w, dtype, on_gpu)
-    records = [single, run_dask_local(w, dtype, on_gpu, reference)]
+    records, reference = [], None
+    if dense_fits(w, device_bytes):
+        single, reference = run_single(w, dtype, on_gpu)
+        records += [single, run_dask_local(w, dtype, on_gpu, reference)]
+    else:
+        notes.append(f"A's dense form ({w['m']} x {w['k']}) does not fit one GPU: no single "
+                     "or dask-local baseline; the one-worker cluster's product is the "
+                     "reference")
 
     scaling = []
     if args.cpu_dry_run:
         scaling = [run_threads(w, dtype, n, reference) for n in (1, 2)]
-        notes.append("CPU dry run: NumPy blocks, tiny sizes, threads for workers; numbers "
-                     "measure nothing")
+        try:
+            scaling += run_processes(w, dtype, reference, args.weak, args.fault)
+        except ImportError:
+            notes.append("distributed is not installed: no process cluster in the dry run")
+        notes.append("CPU dry run: NumPy blocks, tiny sizes, threads and processes for "
+                     "workers; numbers measure nothing")
     else:
         try:
             import dask_cuda  # noqa: F401
@@ -327,12 +546,12 @@ def run(args, card=None):
             notes.append(f"{n_gpus} GPU visible: multi-GPU runs left out (LocalCUDACluster "
                          "with 1 worker only)")
         if have_dask_cuda:
-            scaling = [run_cluster(w, dtype, n, reference) for n in worker_counts(n_gpus)]
-    if scaling:
-        t1 = scaling[0]["seconds"]
-        for r in scaling:
-            r["speedup"] = t1 / r["seconds"]
-            r["efficiency"] = t1 / (r["workers"] * r["seconds"])
+            counts = worker_counts(n_gpus)
+            for n in counts:
+                got, reference = run_cluster(w, dtype, n, reference, weak=args.weak,
+                                             fault=args.fault and n == counts[-1])
+                scaling += got
+    _efficiencies(scaling)
     records += scaling
 
     text = table(records)
