@@ -134,9 +134,18 @@ def timed(fn, reps):
     return statistics.median(times), times, result
 
 
-def rel_err(got, want):
-    got, want = (np.asarray(_host(a), dtype=np.float64) for a in (got, want))
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+def rel_err(got, want, rows=1 << 20):
+    """``||got - want|| / ||want||`` in float64, a block of ``rows`` rows at a time (a
+    product sized to a GPU's memory would otherwise take several float64 copies on the
+    host)."""
+    got, want = _host(got), _host(want)
+    num = den = 0.0
+    for r0 in range(0, max(len(want), 1), rows):
+        g = np.asarray(got[r0:r0 + rows], dtype=np.float64)
+        t = np.asarray(want[r0:r0 + rows], dtype=np.float64)
+        num += float(np.sum((g - t) ** 2))
+        den += float(np.sum(t ** 2))
+    return float(np.sqrt(num) / max(np.sqrt(den), 1e-30))
 
 
 def _host(a):
