@@ -19,6 +19,8 @@ uses the modules without a graph break.
 Importing this module needs PyTorch; the rest of twell works without it.
 """
 
+from typing import Optional
+
 from . import _arrays, _layout
 from ._arguments import check_slots
 from ._dlpack import from_torch_array, to_torch
@@ -81,8 +83,11 @@ def _cupy_stream(cupy, device):
     return cupy.cuda.ExternalStream(stream.cuda_stream, device.index)
 
 
-def _sparse_ffn(x: torch.Tensor, w_gate: torch.Tensor | None, w_up: torch.Tensor,
-                w_down: torch.Tensor, slots: int) -> torch.Tensor:
+# Optional[...] rather than "Tensor | None": the docs build on a mocked torch, whose Tensor
+# is no type, and the custom operator reads its schema from these annotations.
+def _sparse_ffn(x: torch.Tensor,
+                w_gate: Optional[torch.Tensor],  # noqa: UP045 - see above
+                w_up: torch.Tensor, w_down: torch.Tensor, slots: int) -> torch.Tensor:
     """:func:`twell.sparse_ffn` on tensors: ``x`` (M, d_model) and nn.Linear weights on one
     device, gated where ``w_gate`` is given, ``slots`` 0 for ``"auto"``; a new tensor of
     shape (M, d_model) on that device."""
