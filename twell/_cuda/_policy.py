@@ -203,8 +203,8 @@ ONE_TILE_ROOM = (8,)
 #: (``twell_spmv_overflow_chunks``), so that a hub row of a power-law graph is not one team's
 #: serial work. Measured on the power-law graph (H100): chunks of 256 entries beat 64
 #: (0.237 against 0.290 ms in float64; each chunk finds its rows by two binary searches of
-#: the row pointer), and without splitting its longest row (24,718 entries) kept a team
-#: 2.5 ms.
+#: the row pointer); a thread per row without the split took 2.5 ms, its longest row
+#: (24,718 entries) one thread's serial work.
 SPMV_SPLIT_LOG2 = 8
 
 
