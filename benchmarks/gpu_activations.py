@@ -30,8 +30,10 @@ from workloads import FFN_TILE_WIDTH, tile_counts
 import twell
 
 
-def run_activation_case(bench, case, inp32, dtype, with_gemm, sweep=False):
-    """Every contender of one (workload, sparsity, dtype) on the same input sets."""
+def run_activation_case(bench, case, inp32, dtype, with_gemm, sweep=False, layer=False):
+    """Every contender of one (workload, sparsity, dtype) on the same input sets; a sweep
+    case runs the SpMM only, and the gated layer too where ``layer`` (its sparsities past the
+    ``ffn`` workload's: :data:`workloads.LAYER_SWEEP`)."""
     xp, sp, torch, ref, ck = bench.xp, bench.sp, bench.torch, bench.ref, Checks(bench)
     dt = np.dtype(dtype)
     acc = acc_dtype(dt)
@@ -159,6 +161,9 @@ def run_activation_case(bench, case, inp32, dtype, with_gemm, sweep=False):
 
     if sweep:
         bench.guarded(case, "spmm", spmm_ops)
+        if layer:
+            bench.guarded(case, "gated ffn", lambda: run_gated_ffn(
+                bench, case, inp32, dt, s_max, case.info["max_per_tile"], nb))
         _tag_nnz(bench, case, nnz)
         return
 

@@ -13,7 +13,14 @@ from contenders import to_torch
 from gpu_activations import run_activation_case
 from gpu_sci import run_sci_case
 from harness import Case
-from workloads import ffn_inputs32, hot_inputs32, n_buffers, poisson2d, powerlaw_graph
+from workloads import (
+    LAYER_SWEEP,
+    ffn_inputs32,
+    hot_inputs32,
+    n_buffers,
+    poisson2d,
+    powerlaw_graph,
+)
 
 import twell
 
@@ -130,7 +137,7 @@ def run(bench, plan):
             if wl in ("ffn", "sweep"):
                 nb = nbuf_rule(m * k * (1 - key) * 8 + k * n * 4)
                 inp = ffn_inputs32(bench.xp, m, k, n, key, nb, seed,
-                                   with_x=(wl == "ffn"))
+                                   with_x=(wl == "ffn" or float(key) in LAYER_SWEEP))
                 extra = {}
             elif wl == "hot":
                 nb = nbuf_rule(m * k * (1 - key) * 8 + k * n * 4)
@@ -168,7 +175,8 @@ def run(bench, plan):
                 else:
                     run_activation_case(bench, case, inp, DTYPES[dname],
                                         with_gemm=(wl in ("ffn", "hot")),
-                                        sweep=(wl == "sweep"))
+                                        sweep=(wl == "sweep"),
+                                        layer=(wl == "sweep" and float(key) in LAYER_SWEEP))
             except Exception as exc:  # noqa: BLE001 - setup failure: keep the other cases
                 case.info["error"] = short_error(exc)
                 case.info["traceback"] = traceback.format_exc(limit=6)[-2000:]

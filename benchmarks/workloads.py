@@ -16,6 +16,8 @@ from arrays import RNG, relu, rows_of
 FFN_M, FFN_K, FFN_N = 16384, 5632, 2048
 FFN_SPARSITIES = (0.99, 0.95, 0.90)
 SWEEP = (0.90, 0.92, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998, 0.999)
+#: Sweep sparsities at which the gated layer runs too (the ``ffn`` workload has 99% and 95%).
+LAYER_SWEEP = (0.995, 0.999)
 #: The tile width of the paper's kernels and of the reference packed layout: the tile
 #: statistics of the activations are counted in tiles of this width.
 FFN_TILE_WIDTH = 256
