@@ -320,6 +320,30 @@ __device__ __forceinline__ bool split_row(long long o_start, long long o_end, in
   return chunk_log2 > 0 && o_end - o_start >= (2ll << chunk_log2);
 }
 
+// part(slot, j0, j1) for each split row's part of the overflow's chunk c (entries j0 <= j <
+// j1 of the overflow): slot 0 for the row holding the chunk's first entry, slot 1 for the one
+// holding its last when that is another row (rows between them are shorter than the chunk,
+// so not split). Nothing for a chunk past the overflow. The chunk kernels of the SpMM and
+// the SpMV sum each part into partial[2 * c + slot].
+template <typename Part>
+__device__ __forceinline__ void for_each_split_part(const long long* __restrict__ overflow_indptr,
+                                                    long long n_rows, long long c,
+                                                    int chunk_log2, Part part) {
+  const long long n_over = overflow_indptr[n_rows];
+  const long long c0 = c << chunk_log2;
+  if (c0 >= n_over) return;
+  const long long c1 = min(c0 + (1ll << chunk_log2), n_over);
+  const long long first_row = row_of(overflow_indptr, n_rows, c0);
+  const long long last_row = row_of(overflow_indptr, n_rows, c1 - 1);
+#pragma unroll 1
+  for (int slot = 0; slot < 2; ++slot) {
+    const long long row = slot == 0 ? first_row : last_row;
+    const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
+    if ((slot == 1 && row == first_row) || !split_row(o_start, o_end, chunk_log2)) continue;
+    part(slot, max(c0, o_start), min(c1, o_end));
+  }
+}
+
 template <typename T, int VEC, int G, int C, int E, bool Listed = false,
           typename Index = unsigned short>
 __global__ void TWELL_ROWS_MAXNREG
@@ -399,25 +423,14 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
   constexpr int kSpan = G * VEC;
   if (!*gate) return;
   const Team<G> team(threadIdx.x % kWarp);
-  const long long n_over = overflow_indptr[n_rows];
   const long long c = static_cast<long long>(blockIdx.x) * (kWarp / G) + team.index;
-  const long long c0 = c << chunk_log2;
-  if (c0 >= n_over) return;  // the whole team
-  const long long c1 = min(c0 + (1ll << chunk_log2), n_over);
   const long long n0 = (static_cast<long long>(blockIdx.y) * C * G + team.lane) * VEC;
-  // The row holding the chunk's first entry, then the one holding its last (rows between
-  // them are shorter than the chunk, so not split).
-  const long long first_row = row_of(overflow_indptr, n_rows, c0);
-  const long long last_row = row_of(overflow_indptr, n_rows, c1 - 1);
-#pragma unroll 1
-  for (int slot = 0; slot < 2; ++slot) {
-    const long long row = slot == 0 ? first_row : last_row;
-    const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
-    if ((slot == 1 && row == first_row) || !split_row(o_start, o_end, chunk_log2)) continue;
+  for_each_split_part(overflow_indptr, n_rows, c, chunk_log2,
+                      [&](int slot, long long j0, long long j1) {
     Acc acc[E][C][VEC];
     zero_sets<Acc, VEC, C, E>(acc);
-    gather_overflow<T, VEC, G, C, E>(team, max(c0, o_start), min(c1, o_end), overflow_indices,
-                                     overflow_data, b, n, n0, acc);
+    gather_overflow<T, VEC, G, C, E>(team, j0, j1, overflow_indices, overflow_data, b, n, n0,
+                                     acc);
     combine_sets<Acc, VEC, C, E>(acc);
     Acc* __restrict__ part = partial + (2 * c + slot) * n;
 #pragma unroll
@@ -427,7 +440,7 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
         for (int i = 0; i < VEC; ++i) part[n0 + cc * kSpan + i] = acc[0][cc][i];
       }
     }
-  }
+  });
 }
 
 // SpMV, y = A @ x: twell_spmv_rows (a team of G lanes per row) for layouts of long rows,
@@ -556,23 +569,13 @@ twell_spmv_overflow_chunks(const long long* __restrict__ overflow_indptr,
                            int chunk_log2, const T* __restrict__ x,
                            typename Value<T>::Acc* __restrict__ partial) {
   const Team<kWarp> warp(threadIdx.x % kWarp);
-  const long long n_over = overflow_indptr[n_rows];
   const long long c = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const long long c0 = c << chunk_log2;
-  if (c0 >= n_over) return;  // the whole warp
-  const long long c1 = min(c0 + (1ll << chunk_log2), n_over);
-  const long long first_row = row_of(overflow_indptr, n_rows, c0);
-  const long long last_row = row_of(overflow_indptr, n_rows, c1 - 1);
-#pragma unroll 1
-  for (int slot = 0; slot < 2; ++slot) {
-    const long long row = slot == 0 ? first_row : last_row;
-    const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
-    if ((slot == 1 && row == first_row) || !split_row(o_start, o_end, chunk_log2)) continue;
+  for_each_split_part(overflow_indptr, n_rows, c, chunk_log2,
+                      [&](int slot, long long j0, long long j1) {
     const auto part = warp.sum(dot_run<T, kWarp>(
-        warp, max(c0, o_start), min(c1, o_end), overflow_data,
-        [&](long long j) { return overflow_indices[j]; }, x));
+        warp, j0, j1, overflow_data, [&](long long j) { return overflow_indices[j]; }, x));
     if (warp.lane == 0) partial[2 * c + slot] = part;
-  }
+  });
 }
 
 // Threads per block of twell_spmv_thread_rows (the launcher's block), and blocks per SM its
