@@ -66,9 +66,9 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None)
             run_rows = nonfinite(b)
     if out is None:
         out = cupy.empty((m, n), dtype=out_dtype)
-    common = _common_args(parts, shape, tile_width)
     if n == 1 and way != "dense":  # a matrix-vector product never densifies (_policy)
         return spmv(parts, shape, tile_width, out_dtype, tile_index)(b.reshape(k)).reshape(m, 1)
+    common = _common_args(parts, shape, tile_width)
     if run_rows is None:  # not for the SpMV above: a fill kernel per product in a solver
         run_rows = cupy.ones((), dtype=bool)
     vec = vector_for(out_dtype, n % _compile.vector_width(out_dtype) == 0, aligned(b, out))
