@@ -422,8 +422,7 @@ class SparseArrayAPI:
     def matvec(self, x):
         """``A @ x`` for a vector ``x`` of shape (K,) or (K, 1): what
         ``scipy.sparse.linalg.aslinearoperator`` and cupyx's call."""
-        fast = self._fast_matvec(x)
-        return fast if fast is not None else self @ x
+        return self @ x  # which takes the format's fast path first (_fast_matvec)
 
     def rmatvec(self, x):
         """``A.T @ x`` (the adjoint for real values) through the cached transpose."""
