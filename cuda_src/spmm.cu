@@ -323,8 +323,8 @@ __device__ __forceinline__ bool split_row(long long o_start, long long o_end, in
 // part(slot, j0, j1) for each split row's part of the overflow's chunk c (entries j0 <= j <
 // j1 of the overflow): slot 0 for the row holding the chunk's first entry, slot 1 for the one
 // holding its last when that is another row (rows between them are shorter than the chunk,
-// so not split). Nothing for a chunk past the overflow. The chunk kernels of the SpMM and
-// the SpMV sum each part into partial[2 * c + slot].
+// so not split). Nothing for a chunk past the overflow. twell_spmm_overflow_chunks sums each
+// part into partial[2 * c + slot].
 template <typename Part>
 __device__ __forceinline__ void for_each_split_part(const long long* __restrict__ overflow_indptr,
                                                     long long n_rows, long long c,
@@ -511,71 +511,95 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
 }
 
+// Blocks per SM the one-tile SpMV's register cap allows: 8 (32 registers, every warp slot
+// of the SM) for 4- and 2-byte values; 6 (40 registers) for float64, whose 32-register build
+// spills. On the power-law graph (H100, float32) 32 registers against 40 took the kernel
+// from 0.192 to 0.164 ms; uncapped it took 56 (float32) and 94 (float64) registers and ran
+// 1.2x-2x slower (docs/design.rst, the SpMV).
+template <typename T> struct OneTileBlocks {
+  static constexpr int value = sizeof(typename Value<T>::Acc) == 8 ? 6 : 8;
+};
+
 // SpMV of a one-tile layout (tile_width >= K, what tile_width="auto" gives matrices of
 // short rows): a row's slots are contiguous, as a CSR row is, so a team of G lanes reads
 // them together (G = 1: a thread per row), Loads entries per lane and round, and sums by
 // the team's butterfly. Overflow = false reads no overflow_indptr (a layout without
-// overflow: 8 bytes a row less). A split row's overflow (split_row) comes from `partial`,
-// summed by twell_spmv_overflow_chunks, in chunk order after the team's sum.
-// Grid: ceil(M * G / kSpmvBlock), blocks of kSpmvBlock threads.
+// overflow: 8 bytes a row less).
+// Hub rows, those whose overflow holds at least hub_min entries (a power-law graph's few
+// long rows), are listed in `hubs` and taken by the first n_hubs blocks, a block a row, in
+// the same launch: the block's 256 threads read the row's slots and overflow 256 * Loads
+// entries a round and add their sums by the warps' butterflies, then the 8 warp sums in
+// warp order (deterministic); the teams skip those rows. Every y is written once, by one
+// block, with no partial sums and no second kernel (a warp per chunk of 256 overflow
+// entries, summed first by its own launch, took 25 of the graph's 200 us).
+// Grid: n_hubs + ceil(M * G / kSpmvBlock), blocks of kSpmvBlock (256) threads.
 template <typename T, bool Overflow, int G, int Loads, typename Index = unsigned short>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, OneTileBlocks<T>::value)
 twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
                     const Index* __restrict__ indices,
                     const long long* __restrict__ overflow_indptr,
                     const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
-                    long long n_rows, int slots,
-                    const typename Value<T>::Acc* __restrict__ partial, int chunk_log2,
-                    const T* __restrict__ x, T* __restrict__ y) {
+                    long long n_rows, int slots, const long long* __restrict__ hubs,
+                    long long n_hubs, long long hub_min, const T* __restrict__ x,
+                    T* __restrict__ y) {
   static_assert(G == 1 || G == 2 || G == 4 || G == 8 || G == 16 || G == 32, "G divides 32");
   using Acc = typename Value<T>::Acc;
+  const auto column = [&](long long j) { return static_cast<int>(indices[j]); };
+  const auto over_column = [&](long long j) { return overflow_indices[j]; };
+  if constexpr (Overflow) {
+    if (blockIdx.x < n_hubs) {  // the whole block: a hub row
+      constexpr int kBlock = 256;
+      const long long row = hubs[blockIdx.x];
+      const long long base = row * slots;
+      const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
+      const int count = counts[row];
+      Acc acc = Acc(0);
+      for (int s = threadIdx.x; s < count; s += kBlock)
+        acc += Value<T>::to_acc(data[base + s]) * Value<T>::to_acc(x[column(base + s)]);
+      for (long long j0 = o_start; j0 < o_end; j0 += Loads * kBlock) {
+        Acc products[Loads];
+#pragma unroll
+        for (int k = 0; k < Loads; ++k) {
+          const long long j = j0 + k * kBlock + threadIdx.x;
+          products[k] = j < o_end ? Value<T>::to_acc(overflow_data[j]) *
+                                        Value<T>::to_acc(x[over_column(j)])
+                                  : Acc(0);
+        }
+#pragma unroll
+        for (int k = 0; k < Loads; ++k) acc += products[k];
+      }
+      const Team<kWarp> warp(threadIdx.x % kWarp);
+      acc = warp.sum(acc);
+      __shared__ Acc warp_sums[kBlock / kWarp];
+      if (warp.lane == 0) warp_sums[threadIdx.x / kWarp] = acc;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        Acc sum = warp_sums[0];
+#pragma unroll
+        for (int w = 1; w < kBlock / kWarp; ++w) sum += warp_sums[w];
+        y[row] = Value<T>::from_acc(sum);
+      }
+      return;
+    }
+  }
   const Team<G> team(threadIdx.x % kWarp);
-  const long long row = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / G;
+  const long long row =
+      ((static_cast<long long>(blockIdx.x) - n_hubs) * blockDim.x + threadIdx.x) / G;
   if (row >= n_rows) return;  // the whole team
   long long o_start = 0, o_end = 0;
   if constexpr (Overflow) {
     o_start = overflow_indptr[row];
     o_end = overflow_indptr[row + 1];
+    if (o_end - o_start >= hub_min) return;  // the whole team: a hub block's row
   }
   const long long base = row * slots;
-  const auto column = [&](long long j) { return static_cast<int>(indices[j]); };
-  const auto over_column = [&](long long j) { return overflow_indices[j]; };
   Acc acc = dot_run<T, G, decltype(column), Loads>(team, base, base + counts[row], data, column,
                                                    x);
-  bool split = false;
-  if constexpr (Overflow) {
-    split = split_row(o_start, o_end, chunk_log2);
-    acc += dot_run<T, G, decltype(over_column), Loads>(team, o_start, split ? o_start : o_end,
-                                                       overflow_data, over_column, x);
-  }
+  if constexpr (Overflow)
+    acc += dot_run<T, G, decltype(over_column), Loads>(team, o_start, o_end, overflow_data,
+                                                       over_column, x);
   acc = team.sum(acc);
-  if (team.lane != 0) return;
-  if (split) {
-    for (long long c = o_start >> chunk_log2; (c << chunk_log2) < o_end; ++c)
-      acc += partial[2 * c + ((c << chunk_log2) < o_start)];
-  }
-  y[row] = Value<T>::from_acc(acc);
-}
-
-// The parts of split rows (split_row) in the overflow's chunk c, a warp per chunk, each
-// summed in dot_run's order and by the warp's butterfly into partial[2 * c + slot] (slot as
-// in twell_spmm_overflow_chunks); slots of rows that are not split are left unwritten.
-// Grid: ceil(chunks * kWarp / kSpmvBlock), blocks of kSpmvBlock threads.
-template <typename T>
-__global__ void __launch_bounds__(256)
-twell_spmv_overflow_chunks(const long long* __restrict__ overflow_indptr,
-                           const int* __restrict__ overflow_indices,
-                           const T* __restrict__ overflow_data, long long n_rows,
-                           int chunk_log2, const T* __restrict__ x,
-                           typename Value<T>::Acc* __restrict__ partial) {
-  const Team<kWarp> warp(threadIdx.x % kWarp);
-  const long long c = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  for_each_split_part(overflow_indptr, n_rows, c, chunk_log2,
-                      [&](int slot, long long j0, long long j1) {
-    const auto part = warp.sum(dot_run<T, kWarp>(
-        warp, j0, j1, overflow_data, [&](long long j) { return overflow_indices[j]; }, x));
-    if (warp.lane == 0) partial[2 * c + slot] = part;
-  });
+  if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
 }
 
 // Threads per block of twell_spmv_thread_rows (the launcher's block), and blocks per SM its

@@ -7,7 +7,7 @@ memory and spill report; exits non-zero on any compile error, and on spills
 (beyond the few bytes ``ACCEPTED_SPILL_STORES`` grants a kernel measured faster with them)
 unless ``--allow-spills``.
 
-Usage: python scripts/compile_compile.py --arch sm_80 --arch sm_90
+Usage: python scripts/compile_kernels.py --arch sm_80 --arch sm_90
 """
 
 import argparse

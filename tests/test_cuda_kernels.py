@@ -320,22 +320,22 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
                          ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape", _compile.SPMV_ONE_TILE_SHAPES, ids=lambda s: f"G{s[0]}-L{s[1]}")
 @pytest.mark.parametrize("k", [3000, 70000], ids=["uint16-columns", "int-columns"])
-@pytest.mark.parametrize("split_log2", [0, 3], ids=["unsplit", "split"])
-def test_one_tile_spmv_matches_the_float64_product(rng, monkeypatch, dtype, shape, k,
-                                                   split_log2):
+@pytest.mark.parametrize("hub_min", [None, 16], ids=["hub-min-default", "hub-min-16"])
+def test_one_tile_spmv_matches_the_float64_product(rng, monkeypatch, dtype, shape, k, hub_min):
     # One tile a row (tile width >= K) takes twell_spmv_one_tile in each (lanes, loads) shape:
-    # rows empty, within their slots, just past them, with overflows a team sums and ones
-    # split into chunks of 2**split_log2 entries (twell_spmv_overflow_chunks: rows of two
-    # chunks or more, starting on and off chunk boundaries, next to each other), every
-    # length at several offsets within a warp; then without any overflow (the instance that
+    # rows empty, within their slots, just past them, with overflows a team sums and hub
+    # rows (overflow of SPMV_HUB_MIN entries or more) that the first blocks sum, a block a
+    # row: at the default bound (256) the rows of 2,500 overflow entries (rounds of 256 *
+    # Loads), at 16 also those of 16 to 100 (one just at the bound, one below), several
+    # next to each other; every length at several offsets within a warp; then without any overflow (the instance that
     # reads no overflow row pointer). Within rounding of the float64 product, every element
     # written, the same bits from A @ x's kept launch, from A @ X with one column and twice.
     monkeypatch.setattr(_policy, "one_tile_lanes", lambda *_: shape)
-    monkeypatch.setattr(_policy, "spmv_split_log2",
-                        lambda n_over: split_log2 if split_log2 and n_over >= 2 << split_log2
-                        else 0)
+    if hub_min:
+        monkeypatch.setattr(_policy, "SPMV_HUB_MIN", hub_min)
     slots = 4
-    lengths = [0, 1, 3, 4, 5, 4 + 15, 4 + 16, 4 + 17, 0, 2, 4 + 40, 4 + 100, 7, 4 + 16, 4 + 33]
+    lengths = [0, 1, 3, 4, 5, 4 + 15, 4 + 16, 4 + 17, 0, 2, 4 + 40, 4 + 100, 7, 4 + 16, 4 + 33,
+               4 + 2500]
     rows = [lengths[r % len(lengths)] for r in range(len(lengths) * 9)]
     x = np.zeros((len(rows), k))
     for r, length in enumerate(rows):

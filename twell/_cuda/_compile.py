@@ -90,7 +90,7 @@ SPMV_LANES = (1, 32)
 
 #: (G lanes per row, entries a lane reads at once) of the one-tile SpMV
 #: (``twell_spmv_one_tile``), chosen by the row's room (:func:`._policy.one_tile_lanes`).
-SPMV_ONE_TILE_SHAPES = ((1, 8), (8, 4))
+SPMV_ONE_TILE_SHAPES = ((1, 8), (8, 2))
 
 #: Suffix of the module key of a source's instances for tiles wider than 65536 columns, whose
 #: columns within a tile are int (``indices`` int32); the narrow instances keep the default
@@ -137,7 +137,6 @@ INSTANCES = {
                 + _typed("twell_spmv_thread_rows")
                 + [f"{k[:-1]}, {over}, {g}, {loads}>" for k in _typed("twell_spmv_one_tile")
                    for g, loads in SPMV_ONE_TILE_SHAPES for over in ("false", "true")]
-                + _typed("twell_spmv_overflow_chunks")
                 + [listed(k) for k in _vectored("twell_spmm_rows")
                    for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
                 + [listed(k) for k in _typed("twell_spmv_thread_rows")]),

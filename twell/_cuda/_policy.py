@@ -198,14 +198,12 @@ def spmv_lanes(parts, m, tile_index=None):
 #: ``_compile.SPMV_ONE_TILE_SHAPES`` but the last: see :func:`one_tile_lanes`.
 ONE_TILE_ROOM = (8,)
 
-#: Entries per chunk of a split overflow row in the one-tile SpMV, as a power of two: a row
-#: whose overflow holds at least two chunks is summed by a warp per chunk
-#: (``twell_spmv_overflow_chunks``), so that a hub row of a power-law graph is not one team's
-#: serial work. Measured on the power-law graph (H100): chunks of 256 entries beat 64
-#: (0.237 against 0.290 ms in float64; each chunk finds its rows by two binary searches of
-#: the row pointer); a thread per row without the split took 2.5 ms, its longest row
-#: (24,718 entries) one thread's serial work.
-SPMV_SPLIT_LOG2 = 8
+#: Overflow entries from which a row of the one-tile SpMV is a hub, summed by a block of its
+#: own (``twell_spmv_one_tile``'s first blocks) rather than by a team of lanes, so that a
+#: power-law graph's longest rows (24,718 entries on the benchmark's graph) are not one
+#: team's serial work. Measured on the power-law graph (H100, float32, 32 registers): 256
+#: (~1,000 hub rows) and 128 (~4,000) within 1%, 512 (~300) 4% slower, 1024 (64) 15% slower.
+SPMV_HUB_MIN = 256
 
 
 def one_tile_lanes(parts, m):
@@ -213,18 +211,14 @@ def one_tile_lanes(parts, m):
     reading Loads entries before their x values, from the row's room (slots plus an even share
     of the overflow; no sync). Measured on an H100 (docs/design.rst, the SpMV): a thread per
     row reading 8 entries at once on the Poisson stencil (room 5: 0.0230 ms in float32
-    against 0.0275 for 2 lanes and 0.035 for 4), 8 lanes reading 4 each on the power-law
-    graph (room 32: 0.237 ms in float64 against 0.266 for 4 lanes and 0.245 for 16)."""
+    against 0.0275 for 2 lanes and 0.035 for 4), 8 lanes reading 2 each on the power-law
+    graph (room 32; float32 at 32 registers: 0.160 ms at slots=8 against 0.164 for 8 lanes
+    reading 4, which spill there, and 0.162 for 4 lanes reading 8; 8 lanes against 4 or 16
+    in float64: 0.237 ms against 0.266 and 0.245)."""
     room = row_room(parts, m)
     shapes = _compile.SPMV_ONE_TILE_SHAPES
     return next((s for bound, s in zip(ONE_TILE_ROOM, shapes[:-1], strict=True) if room <= bound),
                 shapes[-1])
-
-
-def spmv_split_log2(n_over):
-    """``chunk_log2`` of the one-tile SpMV's split rows (:data:`SPMV_SPLIT_LOG2`), or 0 when
-    the overflow cannot hold a row of two chunks."""
-    return SPMV_SPLIT_LOG2 if n_over >= 2 << SPMV_SPLIT_LOG2 else 0
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):

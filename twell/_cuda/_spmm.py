@@ -118,16 +118,15 @@ def spmv(parts, shape, tile_width, dtype, tile_index=None):
     parts' dtype) with ``K`` values.
 
     The kernel, its grid and its arguments are chosen here, once: a call allocates ``y``
-    (and the split rows' partial sums) and launches (one kernel, two where long overflow rows
-    are split), which is what an iterative solver pays per product
+    and launches one kernel, which is what an iterative solver pays per product
     (``TwELLMatrix.matvec`` keeps this function). The kernels, by the layout:
 
     * one tile a row (``tile_width >= K``, what ``tile_width="auto"`` gives matrices of short
       rows): ``twell_spmv_one_tile``, a team of :func:`._policy.one_tile_lanes` lanes per
       row reading its slots as a CSR row is read, without the overflow's row pointer when
-      there is no overflow; an overflow row of at least two chunks
-      (:func:`._policy.spmv_split_log2`) is summed by ``twell_spmv_overflow_chunks``, a warp
-      per chunk, first;
+      there is no overflow; a row whose overflow holds at least
+      :data:`._policy.SPMV_HUB_MIN` entries (a hub) is summed by a block of its own in the
+      same launch;
     * else a thread per row (``twell_spmv_thread_rows``, walking ``tile_index`` where it
       pays) or a team of 32 (``twell_spmv_rows``), by :func:`._policy.spmv_lanes`.
     """
@@ -165,31 +164,19 @@ def _one_tile_spmv(parts, m, dtype):
     kernel = _compile.function(*indexed(
         "spmm.cu", instance_n("twell_spmv_one_tile", dtype,
                               "true" if n_over else "false", lanes, loads), parts.indices.dtype))
-    grid = blocks(m * lanes, BLOCK)
-    head = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
-            parts.overflow_indices, parts.overflow_data, i64(m), i32(parts.data.shape[2]))
-    log2 = _policy.spmv_split_log2(n_over)
-    acc = accumulator_dtype(dtype)
-    if not log2:
-        unread = cupy.empty(0, dtype=acc)  # no row is split: the partial sums are not read
+    hub_min = _policy.SPMV_HUB_MIN
+    if n_over:  # the hub rows, listed once here (a read-back of the list's length)
+        hubs = cupy.flatnonzero(cupy.diff(parts.overflow_indptr) >= hub_min)
+    else:
+        hubs = cupy.empty(0, dtype=np.int64)
+    grid = (hubs.size + blocks(m * lanes, BLOCK)[0],)
+    args = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
+            parts.overflow_indices, parts.overflow_data, i64(m), i32(parts.data.shape[2]),
+            hubs, i64(hubs.size), i64(hub_min))
 
-        def run(x):
-            y = cupy.empty(m, dtype=dtype)
-            kernel(grid, (BLOCK,), (*head, unread, i32(0), x, y))
-            return y
-
-        return run
-    chunks = -(-n_over >> log2)
-    chunk_kernel = _compile.function("spmm.cu", instance("twell_spmv_overflow_chunks", dtype))
-    chunk_grid = blocks(chunks * 32, BLOCK)
-    chunk_head = (parts.overflow_indptr, parts.overflow_indices, parts.overflow_data, i64(m),
-                  i32(log2))
-
-    def run_split(x):
-        partial = cupy.empty(2 * chunks, dtype=acc)
-        chunk_kernel(chunk_grid, (BLOCK,), (*chunk_head, x, partial))
+    def run(x):
         y = cupy.empty(m, dtype=dtype)
-        kernel(grid, (BLOCK,), (*head, partial, i32(log2), x, y))
+        kernel(grid, (BLOCK,), (*args, x, y))
         return y
 
-    return run_split
+    return run
