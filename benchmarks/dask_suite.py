@@ -152,6 +152,14 @@ def _host(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a
 
 
+def host_result(y):
+    """The dask array ``y`` gathered into one NumPy array, each block copied to the host on
+    its worker: gathered as CuPy blocks, a product sized to a GPU's memory would be
+    deserialized onto the client's GPU, beside the workers' (on one GPU it does not fit)."""
+    meta = np.empty((0,) * y.ndim, dtype=y.dtype)
+    return y.map_blocks(_host, dtype=y.dtype, meta=meta).compute()
+
+
 def _record(config, workers, A, median, times, err):
     stats = A.stats()
     return {"config": config, "workers": workers, "blocks": A.numblocks, "seconds": median,
@@ -197,7 +205,7 @@ def run_dask_local(w, dtype, on_gpu, reference):
             return y
 
         median, times, y = timed(step, w["reps"])
-        return _record("dask-local", 1, A, median, times, rel_err(y.compute(), reference))
+        return _record("dask-local", 1, A, median, times, rel_err(host_result(y), reference))
 
 
 def csr_block(chunk):
@@ -290,7 +298,7 @@ def _cluster_records(client, w, dtype, workers, reference, weak, fault, on_gpu, 
 
     A = twell_matrix(w)
     median, times, y = timed(product_step(lambda: A @ B), w["reps"])
-    product = y.compute()
+    product = host_result(y)
     del y
     if reference is None:
         reference = product
@@ -306,13 +314,13 @@ def _cluster_records(client, w, dtype, workers, reference, weak, fault, on_gpu, 
                                  w["reps"])
         records.append({"config": f"{name} csr", "workers": workers, "blocks": C.numblocks[0],
                         "seconds": median, "times": times,
-                        "rel_err_vs_single": rel_err(y.compute(), reference)})
+                        "rel_err_vs_single": rel_err(host_result(y), reference)})
         del C, y
     if weak:
         big = {**w, "m": w["m"] * workers}
         A = twell_matrix(big)
         median, times, y = timed(product_step(lambda: A @ B), w["reps"])
-        first = y[:w["m"]].compute()
+        first = host_result(y[:w["m"]])
         records.append(_record(f"weak-{workers}", workers, A, median, times,
                                rel_err(first, reference)))
         records[-1]["weak"] = True
@@ -345,7 +353,7 @@ def _fault_record(client, A, B, workers, reference):
               "seconds": float("nan"), "killed": killed}
     try:
         wait(y, timeout=600)
-        err = rel_err(y.compute(), reference)
+        err = rel_err(host_result(y), reference)
         record.update(outcome="completed", rel_err_vs_single=err)
     except Exception as exc:  # noqa: BLE001 - a failed product is this record's result
         record.update(outcome=f"failed: {type(exc).__name__}: {exc}")
@@ -381,7 +389,7 @@ def run_threads(w, dtype, workers, reference):
 
         median, times, y = timed(step, w["reps"])
         return _record(f"threads-{workers} (dry run)", workers, A, median, times,
-                       rel_err(y.compute(), reference))
+                       rel_err(host_result(y), reference))
 
 
 # -- driver ------------------------------------------------------------------------------------
@@ -527,6 +535,11 @@ def run(args, card=None):
     if dense_fits(w, device_bytes):
         single, reference = run_single(w, dtype, on_gpu)
         records += [single, run_dask_local(w, dtype, on_gpu, reference)]
+        reference = _host(reference)
+        if on_gpu:  # the cluster's workers need the device memory this process pooled
+            import cupy
+
+            cupy.get_default_memory_pool().free_all_blocks()
     else:
         notes.append(f"A's dense form ({w['m']} x {w['k']}) does not fit one GPU: no single "
                      "or dask-local baseline; the one-worker cluster's product is the "
