@@ -5,6 +5,7 @@ gather kernel and the SpMV's lanes per row are chosen in :mod:`._policy`.
 """
 
 import cupy
+import numpy as np
 
 from .. import _layout
 from .._dtypes import accumulator_dtype
