@@ -200,9 +200,10 @@ ONE_TILE_ROOM = (8,)
 
 #: Overflow entries from which a row of the one-tile SpMV is a hub, summed by a block of its
 #: own (``twell_spmv_one_tile``'s first blocks) rather than by a team of lanes, so that a
-#: power-law graph's longest rows (24,718 entries on the benchmark's graph) are not one
-#: team's serial work. Measured on the power-law graph (H100, float32, 32 registers): 256
-#: (~1,000 hub rows) and 128 (~4,000) within 1%, 512 (~300) 4% slower, 1024 (64) 15% slower.
+#: power-law graph's longest rows (8,000 to 25,000 entries in a Pareto(2) graph of 10^6 rows)
+#: are not one team's serial work. Measured on such a graph (H100, float32, 32 registers):
+#: 256 (~1,000 hub rows) and 128 (~4,000) within 1%, 512 (~300) 4% slower, 1024 (64) 15%
+#: slower.
 SPMV_HUB_MIN = 256
 
 
