@@ -327,9 +327,10 @@ def test_one_tile_spmv_matches_the_float64_product(rng, monkeypatch, dtype, shap
     # rows (overflow of SPMV_HUB_MIN entries or more) that the first blocks sum, a block a
     # row: at the default bound (256) the rows of 2,500 overflow entries (rounds of 256 *
     # Loads), at 16 also those of 16 to 100 (one just at the bound, one below), several
-    # next to each other; every length at several offsets within a warp; then without any overflow (the instance that
-    # reads no overflow row pointer). Within rounding of the float64 product, every element
-    # written, the same bits from A @ x's kept launch, from A @ X with one column and twice.
+    # next to each other; every length at several offsets within a warp; then without any
+    # overflow (the instance that reads no overflow row pointer). Within rounding of the
+    # float64 product, every element written, the same bits from A @ x's kept launch, from
+    # A @ X with one column and twice.
     monkeypatch.setattr(_policy, "one_tile_lanes", lambda *_: shape)
     if hub_min:
         monkeypatch.setattr(_policy, "SPMV_HUB_MIN", hub_min)
