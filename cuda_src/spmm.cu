@@ -451,22 +451,22 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
 // of 8 counts become one (docs/design.rst, the SpMV).
 constexpr int kSpmvLoads = 4;  // entries, and then their x values, a lane reads at once
 
-// The lane's share of sum_j values[j] * x[column(j)] over j0 <= j < j1: entries
+// acc plus the lane's share of sum_j values[j] * x[column(j)] over j0 <= j < j1: entries
 // j0 + lane, j0 + lane + G, ..., Loads of them in flight, added in that order whatever
-// Loads is (every lane of the team calls it, with the same j0 and j1; nothing is shuffled).
+// Loads is (every lane of the G that share the run, a team, a warp or a block, calls it with
+// the same j0 and j1; nothing is shuffled).
 template <typename T, int G, typename Column, int Loads = kSpmvLoads>
-__device__ __forceinline__ typename Value<T>::Acc dot_run(const Team<G>& team, long long j0,
-                                                        long long j1,
+__device__ __forceinline__ typename Value<T>::Acc dot_run(int lane, long long j0, long long j1,
                                                         const T* __restrict__ values,
                                                         Column column,
-                                                        const T* __restrict__ x) {
+                                                        const T* __restrict__ x,
+                                                        typename Value<T>::Acc acc = 0) {
   using Acc = typename Value<T>::Acc;
-  Acc acc = Acc(0);
   for (; j0 < j1; j0 += Loads * G) {
     Acc products[Loads];
 #pragma unroll
     for (int k = 0; k < Loads; ++k) {
-      const long long j = j0 + k * G + team.lane;
+      const long long j = j0 + k * G + lane;
       // Past the run nothing is read or multiplied (0 * Inf would be NaN).
       products[k] = j < j1 ? Value<T>::to_acc(values[j]) * Value<T>::to_acc(x[column(j)])
                            : Acc(0);
@@ -505,7 +505,7 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
                               if (team.lane < len)
                                 acc += entry.value * Value<T>::to_acc(x[entry.column]);
                             });
-  acc += dot_run<T, G>(team, o_start, o_end, overflow_data,
+  acc += dot_run<T, G>(team.lane, o_start, o_end, overflow_data,
                        [&](long long j) { return overflow_indices[j]; }, x);
   acc = team.sum(acc);
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
@@ -556,18 +556,8 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
       Acc acc = Acc(0);
       for (int s = threadIdx.x; s < count; s += kBlock)
         acc += Value<T>::to_acc(data[base + s]) * Value<T>::to_acc(x[column(base + s)]);
-      for (long long j0 = o_start; j0 < o_end; j0 += Loads * kBlock) {
-        Acc products[Loads];
-#pragma unroll
-        for (int k = 0; k < Loads; ++k) {
-          const long long j = j0 + k * kBlock + threadIdx.x;
-          products[k] = j < o_end ? Value<T>::to_acc(overflow_data[j]) *
-                                        Value<T>::to_acc(x[over_column(j)])
-                                  : Acc(0);
-        }
-#pragma unroll
-        for (int k = 0; k < Loads; ++k) acc += products[k];
-      }
+      acc = dot_run<T, kBlock, decltype(over_column), Loads>(threadIdx.x, o_start, o_end,
+                                                             overflow_data, over_column, x, acc);
       const Team<kWarp> warp(threadIdx.x % kWarp);
       acc = warp.sum(acc);
       __shared__ Acc warp_sums[kBlock / kWarp];
@@ -593,10 +583,10 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
     if (o_end - o_start >= hub_min) return;  // the whole team: a hub block's row
   }
   const long long base = row * slots;
-  Acc acc = dot_run<T, G, decltype(column), Loads>(team, base, base + counts[row], data, column,
-                                                   x);
+  Acc acc = dot_run<T, G, decltype(column), Loads>(team.lane, base, base + counts[row], data,
+                                                   column, x);
   if constexpr (Overflow)
-    acc += dot_run<T, G, decltype(over_column), Loads>(team, o_start, o_end, overflow_data,
+    acc += dot_run<T, G, decltype(over_column), Loads>(team.lane, o_start, o_end, overflow_data,
                                                        over_column, x);
   acc = team.sum(acc);
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
@@ -663,13 +653,13 @@ twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ dat
 #pragma unroll
       for (int k = 0; k < kSpmvCountsAhead; ++k) {
         const long long col0 = t[k] * tile_width, base = (row * tiles + t[k]) * slots;
-        acc += dot_run<T, 1>(self, base, base + c[k], data,
+        acc += dot_run<T, 1>(self.lane, base, base + c[k], data,
                              [&](long long j) { return static_cast<int>(col0 + indices[j]); },
                              x);
       }
     }
     if (o_end - o_start <= kSpmvOwnOverflow)
-      acc += dot_run<T, 1>(self, o_start, o_end, overflow_data,
+      acc += dot_run<T, 1>(self.lane, o_start, o_end, overflow_data,
                            [&](long long j) { return overflow_indices[j]; }, x);
   }
   const Team<kWarp> warp(lane);
@@ -677,7 +667,7 @@ twell_spmv_thread_rows(const int* __restrict__ counts, const T* __restrict__ dat
        long_rows != 0u; long_rows &= long_rows - 1u) {
     const int owner = __ffs(long_rows) - 1;
     const Acc part = warp.sum(dot_run<T, kWarp>(
-        warp, warp.shfl(o_start, owner), warp.shfl(o_end, owner), overflow_data,
+        warp.lane, warp.shfl(o_start, owner), warp.shfl(o_end, owner), overflow_data,
         [&](long long j) { return overflow_indices[j]; }, x));
     if (lane == owner) acc += part;
   }
