@@ -530,8 +530,8 @@ template <typename T> struct OneTileBlocks {
 // the same launch: the block's 256 threads read the row's slots and overflow 256 * Loads
 // entries a round and add their sums by the warps' butterflies, then the 8 warp sums in
 // warp order (deterministic); the teams skip those rows. Every y is written once, by one
-// block, with no partial sums and no second kernel (a warp per chunk of 256 overflow
-// entries, summed first by its own launch, took 25 of the graph's 200 us).
+// block, with no partial sums and no second kernel (a launch of a warp per chunk of 256
+// overflow entries, before the rows, costs 25 of the graph's 200 us: docs/design.rst).
 // Grid: n_hubs + ceil(M * G / kSpmvBlock), blocks of kSpmvBlock (256) threads.
 template <typename T, bool Overflow, int G, int Loads, typename Index = unsigned short>
 __global__ void __launch_bounds__(256, OneTileBlocks<T>::value)
