@@ -43,6 +43,7 @@ def test_public_constants():
     assert twell.GEMM_TILE_WIDTH == 256
     assert twell.AUTO_OVERFLOW_FRACTION == 0.01
     assert twell.AUTO_MAX_FACTOR == 4
+    assert twell.ONE_TILE_PADDING == 1 / 16
 
 
 def _widest(hist, tile_width):
@@ -215,10 +216,28 @@ def brute_storage(hist, tile_width, shape, slots, itemsize):
             + over * (4 + itemsize))
 
 
+def brute_padding(hist, slots):
+    """Empty slots of the pairs holding fewer than ``slots`` entries, from the definition."""
+    return sum(n * max(slots - c, 0) for c, n in enumerate(hist))
+
+
+def brute_one_tile_slots(hist, tile_width, shape, top):
+    """On a layout of one tile as wide as the row (wider than 256): the largest count in
+    [1, top] whose padding is at most ONE_TILE_PADDING of the non-zeros, 1 if none is;
+    elsewhere ``top``."""
+    if not (tile_width > 256 and -(-shape[1] // tile_width) == 1):
+        return top
+    nnz = sum(c * n for c, n in enumerate(hist))
+    fitting = [s for s in range(1, top + 1)
+               if brute_padding(hist, s) <= twell.ONE_TILE_PADDING * nnz]
+    return max(fitting, default=1)
+
+
 def brute_budget_slots(hist, tile_width, shape, itemsize):
-    """slots="auto": auto_slots's count, lowered to the largest whose storage takes at most
-    STORAGE_BUDGET times the matrix's CSR bytes, or the one of fewest bytes if none does."""
-    top = brute_auto_slots(hist, tile_width)
+    """slots="auto": auto_slots's count, lowered by the one-tile rule, then to the largest
+    whose storage takes at most STORAGE_BUDGET times the matrix's CSR bytes, or the one of
+    fewest bytes if none does."""
+    top = brute_one_tile_slots(hist, tile_width, shape, brute_auto_slots(hist, tile_width))
     nnz = sum(c * n for c, n in enumerate(hist))
     budget = _layout.STORAGE_BUDGET * (nnz * (itemsize + 4) + 4 * (shape[0] + 1))
     sizes = {s: brute_storage(hist, tile_width, shape, s, itemsize) for s in range(1, top + 1)}
@@ -237,6 +256,40 @@ def test_auto_choice_meets_the_storage_budget_by_its_definition(hist, tile_width
     assert slots == brute_budget_slots(hist, tile_width, shape, itemsize)
     assert n_over == sum(n * max(c - slots, 0) for c, n in enumerate(hist))
     assert nnz == sum(c * n for c, n in enumerate(hist))
+
+
+@given(hist=histograms(), tile_width=st.integers(257, 2**20), rows=st.integers(1, 500),
+       extra=st.integers(0, 3))
+def test_one_tile_auto_slots_leaves_little_padding_by_its_definition(hist, tile_width, rows,
+                                                                     extra):
+    # One tile as wide as the row (K <= tile_width) or, with extra tiles, the 1% rule alone.
+    tile_width = _widest(hist, tile_width)
+    shape = (rows, tile_width * (1 + extra) - (tile_width - 1) // 2)
+    top = brute_auto_slots(hist, tile_width)
+    want = brute_one_tile_slots(hist, tile_width, shape, top)
+    assert twell.auto_slots(np.array(hist), tile_width, shape=shape) == want
+    if extra:
+        assert want == top
+    elif want < top:
+        nnz = sum(c * n for c, n in enumerate(hist))
+        assert brute_padding(hist, want + 1) > twell.ONE_TILE_PADDING * nnz
+
+
+@pytest.mark.parametrize(("hist", "expected"), [
+    # The 10^6-row stencil: 996,004 rows of 5 entries, 3,992 of 4, 4 of 3; one more slot
+    # would pad 20% of the entries.
+    ({3: 4, 4: 3992, 5: 996_004}, 5),
+    # Rows of 8 to 12 entries (400 of each): 10 slots pad 1,200 slots (6% of 20,000
+    # entries), 11 pad 2,400 (12%); the 1% rule alone takes 12.
+    ({8: 400, 9: 400, 10: 400, 11: 400, 12: 400}, 10),
+    # Half the rows empty: one slot pads 50 of the 200 entries, the least there is.
+    ({0: 50, 4: 50}, 1),
+])
+def test_one_tile_auto_slots_known_values(hist, expected):
+    hist = np.bincount(list(hist), weights=list(hist.values())).astype(np.int64)
+    rows = int(hist.sum())
+    assert twell.auto_slots(hist, 2**20, shape=(rows, 10**6)) == expected
+    assert twell.auto_slots(hist, 2**20, shape=(rows, 3 * 2**20)) == twell.auto_slots(hist, 2**20)
 
 
 @pytest.mark.parametrize(("shape", "nnz", "slots", "width"), [

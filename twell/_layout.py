@@ -43,6 +43,16 @@ AUTO_OVERFLOW_FRACTION = 0.01
 #: mostly padding.
 AUTO_MAX_FACTOR = 4
 
+#: ``slots="auto"`` on a layout of one tile as wide as the row (``tile_width`` above
+#: :data:`GEMM_TILE_WIDTH` and at least ``K``: a stencil, a graph) takes at most the largest
+#: slot count whose padding (the empty slots of rows shorter than it) is at most this fraction
+#: of the non-zeros. Such a row's slots are read as a CSR row is, and the entries past them
+#: as one more run of the row: padding is bytes the SpMV reads for nothing, and an
+#: overflowing entry costs what a slot costs. On a Pareto(2) graph of 10^6 rows (rows of 8
+#: or more entries, 16.5 on average) the rule takes 11 slots where the 1% rule takes 30, and
+#: the SpMV runs 10% faster in float32 (docs/design.rst); the stencil keeps its 5.
+ONE_TILE_PADDING = 1 / 16
+
 #: Largest number of columns (overflow columns are stored as int32).
 MAX_COLUMNS = 2**31 - 1
 
@@ -140,6 +150,43 @@ def _typical(counts):
     return 0
 
 
+def _padding(counts, slots):
+    """Empty slots of the pairs holding fewer than ``slots`` entries."""
+    return sum((slots - c) * n for c, n in enumerate(counts[:slots]))
+
+
+def _one_tile_slots(counts, nnz, slots):
+    """The largest count in ``[1, slots]`` whose padding is at most :data:`ONE_TILE_PADDING`
+    of ``nnz`` (1 where none is)."""
+    # padding(s + 1) = padding(s) + (pairs holding at most s entries): walk s up from 1.
+    below, pad, s = counts[0] if counts else 0, counts[0] if counts else 0, 1
+    while s < slots:
+        below += counts[s] if s < len(counts) else 0
+        if ONE_TILE_PADDING * nnz < pad + below:
+            break
+        pad += below
+        s += 1
+    return s
+
+
+def one_tile(shape, tile_width):
+    """Whether an ``(M, K)`` layout of ``tile_width`` is one tile as wide as the row, wider
+    than :data:`GEMM_TILE_WIDTH`: the layouts of :data:`ONE_TILE_PADDING`'s rule."""
+    return tile_width > GEMM_TILE_WIDTH and n_tiles(shape[1], tile_width) == 1
+
+
+def _shaped_slots(counts, nnz, slots, shape, tile_width, itemsize):
+    """``slots`` lowered by the rules that need the matrix's shape: the one-tile padding rule,
+    then (with ``itemsize``) the storage budget."""
+    if shape is None:
+        return slots
+    if one_tile(shape, tile_width):
+        slots = _one_tile_slots(counts, nnz, slots)
+    if itemsize is not None:
+        slots = _within_budget(counts, nnz, slots, shape, tile_width, itemsize)
+    return slots
+
+
 def _auto_slots(counts, nnz, tile_width, fraction, max_factor=AUTO_MAX_FACTOR):
     # Overflow with s slots: sum over c > s of hist[c] * (c - s) = tail_nnz - s * tail_pairs,
     # non-increasing in s; walk s up from 0, dropping bin s + 1 from the tails at each step.
@@ -165,9 +212,11 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
                max_factor=AUTO_MAX_FACTOR, *, shape=None, itemsize=None):
     """Smallest slot count (>= 1) whose overflow is at most ``fraction`` of the non-zeros,
     but no more than ``max_factor`` times the count that 99% of the non-empty (row, tile)
-    pairs fit in; with ``shape`` and ``itemsize``, lowered while the storage arrays would
-    take more than :data:`STORAGE_BUDGET` times the matrix's bytes in CSR (the choice of
-    ``slots="auto"``, :func:`auto_choice`).
+    pairs fit in; with ``shape``, on a layout of one tile as wide as the row (``tile_width``
+    above 256 and at least ``K``), lowered to the largest count whose padding is at most
+    :data:`ONE_TILE_PADDING` of the non-zeros; with ``shape`` and ``itemsize`` too, lowered
+    while the storage arrays would take more than :data:`STORAGE_BUDGET` times the matrix's
+    bytes in CSR (the choice of ``slots="auto"``, :func:`auto_choice`).
 
     The cap matters only where a few pairs hold far more entries than the rest (the hubs
     of a power-law graph): the fraction alone would give every pair the room of those few,
@@ -194,7 +243,8 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
         The cap, in multiples of the count that 99% of the non-empty pairs fit in, at
         least 1; None for no cap.
     shape : tuple of int, optional
-        ``(M, K)`` of the matrix, for the storage budget (with ``itemsize``).
+        ``(M, K)`` of the matrix, for the one-tile rule and the storage budget (with
+        ``itemsize``).
     itemsize : int, optional
         Bytes of a value, for the storage budget (with ``shape``).
 
@@ -237,9 +287,7 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     counts = _counts(hist)
     nnz = _nnz(counts)
     slots = _auto_slots(counts, nnz, int(tile_width), fraction, max_factor)
-    if shape is not None and itemsize is not None:
-        slots = _within_budget(counts, nnz, slots, shape, int(tile_width), itemsize)
-    return slots
+    return _shaped_slots(counts, nnz, slots, shape, int(tile_width), itemsize)
 
 
 def _checked_counts(hist, tile_width, name="tile_counts_histogram"):
@@ -317,18 +365,19 @@ def auto_choice(tile_counts_histogram, tile_width, shape=None, itemsize=None):
     """``(slots, n_over, nnz)`` of ``slots="auto"`` from a histogram of per-tile counts: the
     slot count, the overflow it leaves and the entries counted.
 
-    The slot count is :func:`auto_slots`'s, lowered while the storage arrays would take more
-    than :data:`STORAGE_BUDGET` times the bytes of the same matrix in CSR (given ``shape``
-    and ``itemsize``): fewer slots move entries to the overflow, which costs 4 bytes of
-    column and the value each, where a slot costs its bytes in every (row, tile) pair. Where
-    no slot count meets the budget (a count per tile costs 4 bytes a row for every tile, so
-    rows of few entries over many tiles cannot), the one of fewest bytes is taken.
+    The slot count is :func:`auto_slots`'s, lowered on a one-tile layout to the largest
+    count whose padding is at most :data:`ONE_TILE_PADDING` of the non-zeros, then while the
+    storage arrays would take more than :data:`STORAGE_BUDGET` times the bytes of the same
+    matrix in CSR (given ``shape`` and ``itemsize``): fewer slots move entries to the
+    overflow, which costs 4 bytes of column and the value each, where a slot costs its bytes
+    in every (row, tile) pair. Where no slot count meets the budget (a count per tile costs
+    4 bytes a row for every tile, so rows of few entries over many tiles cannot), the one of
+    fewest bytes is taken.
     """
     counts = _counts(tile_counts_histogram)
     nnz = _nnz(counts)
     slots = _auto_slots(counts, nnz, tile_width, AUTO_OVERFLOW_FRACTION)
-    if shape is not None and itemsize is not None:
-        slots = _within_budget(counts, nnz, slots, shape, tile_width, itemsize)
+    slots = _shaped_slots(counts, nnz, slots, shape, tile_width, itemsize)
     return slots, _overflow(counts, slots), nnz
 
 
