@@ -164,6 +164,11 @@ twell_matmul_pack(const T* __restrict__ x, const T* __restrict__ w, long long n_
 // Spilled runs -> overflow: pair p's max(totals[p] - S, 0) entries move from spill_start[p] to
 // overflow_offset[p]. One warp per 32 consecutive pairs (lane l reads totals[first + l]); the
 // warp copies the runs of its overflowing pairs one after the other, lanes striding a run.
+// The overflow arrays hold `capacity` entries: places at or past it are not written, and a
+// pair whose run did not fit the spill buffer (spill_start -1) writes zeros at column 0 in its
+// places. Both happen only in the layer's pack without a host synchronisation, whose rows that
+// lost entries so are recomputed by twell_ffn_fixup; the launcher that reads the counter first
+// passes capacity = the overflow's size and never a lost run.
 // Grid: ceil(ceil(M * n_tiles / 32) / warps per block) blocks of whole warps.
 template <typename T>
 __global__ void twell_spill_to_overflow(const int* __restrict__ totals, long long n_pairs,
@@ -171,7 +176,7 @@ __global__ void twell_spill_to_overflow(const int* __restrict__ totals, long lon
                                         const int* __restrict__ spill_indices,
                                         const T* __restrict__ spill_data,
                                         const long long* __restrict__ overflow_offset,
-                                        int* __restrict__ overflow_indices,
+                                        long long capacity, int* __restrict__ overflow_indices,
                                         T* __restrict__ overflow_data) {
   const long long first =
       (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp * kWarp;
@@ -183,9 +188,10 @@ __global__ void twell_spill_to_overflow(const int* __restrict__ totals, long lon
     const long long pair = first + q;
     const int n = __shfl_sync(kFullMask, extra, q);
     const long long src = spill_start[pair], dst = overflow_offset[pair];
-    for (int j = lane; j < n; j += kWarp) {
-      overflow_indices[dst + j] = spill_indices[src + j];
-      overflow_data[dst + j] = spill_data[src + j];
+    const int fits = static_cast<int>(max(min(capacity - dst, static_cast<long long>(n)), 0ll));
+    for (int j = lane; j < fits; j += kWarp) {
+      overflow_indices[dst + j] = src < 0 ? 0 : spill_indices[src + j];
+      overflow_data[dst + j] = src < 0 ? Value<T>::zero() : spill_data[src + j];
     }
   }
 }
@@ -269,8 +275,9 @@ __device__ __forceinline__ typename Value<T>::Acc warp_dot(const T* __restrict__
 // slots past a count are written as zeros). x (M, D), w_up (H, D) row-major; VEC > 1 needs D
 // and both base pointers 16-byte aligned.
 // Warps 0 .. M * n_tiles - 1 take one (row, tile) pair's slots each; the next n_over warps one
-// overflow entry each (its row by binary search in overflow_indptr). Each product is one warp's
-// dot product: deterministic.
+// overflow entry each (its row by binary search in overflow_indptr), up to overflow_indptr[M]:
+// the overflow arrays may be longer than the entries they hold (the layer's capacity-sized
+// overflow, twell_spill_to_overflow). Each product is one warp's dot product: deterministic.
 // Grid: ceil((M * n_tiles + n_over) / warps per block) blocks of whole warps.
 template <typename T, int VEC>
 __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restrict__ gate,
@@ -300,7 +307,7 @@ __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restri
       }
       if (lane == 0) out[at] = h;
     }
-  } else if (item - n_pairs < n_over) {
+  } else if (item - n_pairs < n_over && item - n_pairs < overflow_indptr[n_rows]) {
     const long long e = item - n_pairs;
     const long long row = row_of(overflow_indptr, n_rows, e);
     const long long col = overflow_indices[e];
@@ -315,7 +322,7 @@ __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restri
 // and output): where the gate is dense enough, computing it all on tensor cores beats
 // twell_gated_up's dot product per entry (the launcher's cost model).
 // Threads 0 .. M * n_tiles * S - 1 take one slot each; the next n_over one overflow entry each
-// (its row by binary search in overflow_indptr).
+// (its row by binary search in overflow_indptr), up to overflow_indptr[M] (as twell_gated_up).
 // Grid: ceil((M * n_tiles * S + n_over) / block) blocks.
 template <typename T>
 __global__ void twell_gated_take(const int* __restrict__ counts, const T* __restrict__ gate,
@@ -338,10 +345,76 @@ __global__ void twell_gated_take(const int* __restrict__ counts, const T* __rest
       h = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up[row * n_cols + col]);
     }
     out[at] = h;
-  } else if (at - n_slots < n_over) {
+  } else if (at - n_slots < n_over && at - n_slots < overflow_indptr[n_rows]) {
     const long long e = at - n_slots;
     const long long row = row_of(overflow_indptr, n_rows, e);
     overflow_out[e] = Value<T>::from_acc(Value<T>::to_acc(overflow_gate[e]) *
                                          up[row * n_cols + overflow_indices[e]]);
+  }
+}
+
+// The rows of a feed-forward layer whose pack lost entries, recomputed whole. The layer's pack
+// without a host synchronisation (the launcher's matmul_pack_bounded) keeps its overflow in
+// buffers of a fixed capacity; a product that overflows more than that loses entries: the runs
+// of pairs that found the spill buffer full (spill_start -1) and the overflow places at or past
+// the capacity. The rows that hold them get a wrong down projection from the SpMM; this kernel,
+// launched after it, finds them on the device and writes their outputs from the layer's
+// definition: h[j] = relu(x[row] . w_gate[j]) rounded to T (the fused GEMM's rounding), times
+// x[row] . w_up[j] in float32, rounded once to T (twell_gated_up's; without the gate, h[j] =
+// relu(x[row] . w_up[j]) rounded), then y[row, i] = sum_j h[j] * w_down[i, j] in float32,
+// rounded once. Each dot product is one warp's (warp_dot), in a fixed order: deterministic.
+// When nothing was lost (*spill_used <= capacity: the spilled entries all fit, so their
+// overflow places do too) every block returns after one read.
+// totals, spill_start (M, tiles) and spill_used: the fused GEMM's; overflow_offset (M * tiles +
+// 1): the exclusive prefix sum of the pairs' overflow, not clamped to the capacity. x (M, D),
+// w_gate and w_up (H, D), w_down (D, H), y (M, D) row-major; scratch: gridDim.x * H floats.
+// Grid: any number of blocks (a block takes rows blockIdx.x, + gridDim.x, ...), 256 threads.
+template <typename T, int VEC>
+__global__ void twell_ffn_fixup(const int* __restrict__ totals,
+                                const long long* __restrict__ spill_start,
+                                const long long* __restrict__ overflow_offset,
+                                const unsigned long long* __restrict__ spill_used,
+                                long long n_rows, long long tiles, int slots, long long capacity,
+                                int gated, const T* __restrict__ x, const T* __restrict__ w_gate,
+                                const T* __restrict__ w_up, const T* __restrict__ w_down,
+                                long long depth, long long hidden, float* __restrict__ scratch,
+                                T* __restrict__ y) {
+  if (*spill_used <= static_cast<unsigned long long>(capacity)) return;  // nothing lost
+  __shared__ int lost;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  float* __restrict__ h = scratch + static_cast<long long>(blockIdx.x) * hidden;
+  const T* __restrict__ first = gated ? w_gate : w_up;
+  for (long long row = blockIdx.x; row < n_rows; row += gridDim.x) {
+    if (threadIdx.x == 0) lost = overflow_offset[(row + 1) * tiles] > capacity;
+    __syncthreads();
+    for (long long t = threadIdx.x; t < tiles; t += blockDim.x) {
+      const long long pair = row * tiles + t;
+      if (totals[pair] > slots && spill_start[pair] < 0) lost = 1;  // every writer writes 1
+    }
+    __syncthreads();
+    if (lost) {
+      const T* __restrict__ xr = x + row * depth;
+      for (long long j = warp; j < hidden; j += warps) {
+        const float a = warp_dot<T, VEC>(xr, first + j * depth, depth, lane);
+        float v = Value<T>::to_acc(Value<T>::from_acc(a < 0.0f ? 0.0f : a));
+        if (gated) {
+          const float u = warp_dot<T, VEC>(xr, w_up + j * depth, depth, lane);
+          v = Value<T>::to_acc(Value<T>::from_acc(v * u));
+        }
+        if (lane == 0) h[j] = v;
+      }
+      __syncthreads();
+      for (long long i = warp; i < depth; i += warps) {
+        const T* __restrict__ wr = w_down + i * hidden;
+        float acc = 0.0f;
+        for (long long j = lane; j < hidden; j += kWarp) acc += h[j] * Value<T>::to_acc(wr[j]);
+#pragma unroll
+        for (int offset = kWarp / 2; offset > 0; offset >>= 1)
+          acc += __shfl_xor_sync(kFullMask, acc, offset);
+        if (lane == 0) y[row * depth + i] = Value<T>::from_acc(acc);
+      }
+    }
+    __syncthreads();  // lost and h are rewritten for the next row
   }
 }

@@ -41,15 +41,16 @@ __global__ void twell_unpack_dense(const int* __restrict__ counts, const T* __re
   for (int s = lane + kWarp; s < used; s += kWarp) dst[indices[base + s]] = data[base + s];
 }
 
-// CSR entries -> dense (M, K): out[row, col] = value, one thread per entry; the row comes from
-// a binary search in indptr. Used for the overflow after twell_unpack_dense.
+// CSR entries -> dense (M, K): out[row, col] = value, one thread per entry up to indptr[M] (the
+// arrays may be longer: the layer's capacity-sized overflow); the row comes from a binary
+// search in indptr. Used for the overflow after twell_unpack_dense.
 // Grid: ceil(nnz / threads per block).
 template <typename T>
 __global__ void twell_scatter_csr(const long long* __restrict__ indptr, const int* __restrict__ cols,
                                   const T* __restrict__ vals, long long n_rows, long long nnz,
                                   long long n_cols, T* __restrict__ out) {
   const long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= nnz) return;
+  if (j >= nnz || j >= indptr[n_rows]) return;
   out[row_of(indptr, n_rows, j) * n_cols + cols[j]] = vals[j];
 }
 

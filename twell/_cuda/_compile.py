@@ -147,7 +147,9 @@ INSTANCES = {
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
                + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")
                + [f"twell_gated_take<{CTYPES[d]}>" for d in HALF_DTYPES]
-               + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]),
+               + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]
+               + [f"twell_ffn_fixup<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
+                  for v in (1, vector_width(d))]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16"],
 }
 #: The instances for wide tiles (:data:`WIDE`): those of the narrow table whose kernel reads or

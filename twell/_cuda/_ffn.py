@@ -1,8 +1,11 @@
 """Launchers of ``cuda_src/ffn.cu`` and ``cuda_src/matmul_pack_sm90.cu``: the GEMM that
-writes its output in TwELL (``relu(x @ w.T)`` packed in its epilogue) and the gated
-feed-forward layer's up projection taken at the gate's entries.
+writes its output in TwELL (``relu(x @ w.T)`` packed in its epilogue), the gated
+feed-forward layer's up projection taken at the gate's entries, and the layer without a host
+synchronisation (:func:`sparse_ffn_without_sync`) with its fix-up of the rows whose overflow
+did not fit.
 """
 
+import functools
 from typing import NamedTuple
 
 import cupy
@@ -10,7 +13,7 @@ import numpy as np
 
 from .. import _layout
 from .._arguments import check_storage
-from . import _compile, _policy, _tma
+from . import _compile, _cublas, _policy, _tma
 from ._launch import (
     BLOCK,
     WARPS,
@@ -26,6 +29,7 @@ from ._launch import (
     with_overflow,
 )
 from ._reduce import count_buffer, overflow_offsets, read_counts
+from ._spmm import spmm
 
 #: Block tile of twell_matmul_pack and twell_matmul_pack_sm90_* (rows, columns) and their
 #: dynamic shared memory in bytes: 3 (4) pipeline stages of a 128 x 64 and a 256 x 64 tile of
@@ -160,12 +164,90 @@ def _matmul_pack(plan, x, w, tile_width, slots):
         return without, nnz
     offset, row_starts = overflow_offsets(plan.totals, slots)
     parts = with_overflow(parts, row_starts, n_over)
-    move = _compile.function("ffn.cu", instance("twell_spill_to_overflow", x.dtype))
+    _spill_to_overflow(plan.totals, slots, plan.spill_start, spill_indices, spill_data, offset,
+                       n_over, parts)
+    return parts, nnz
+
+
+def _spill_to_overflow(totals, slots, spill_start, spill_indices, spill_data, offset, capacity,
+                       parts):
+    """The spilled runs moved to ``parts``' overflow of ``capacity`` entries, at ``offset``."""
+    m, nt = totals.shape
+    move = _compile.function("ffn.cu", instance("twell_spill_to_overflow", parts.data.dtype))
     # One warp per 32 consecutive (row, tile) pairs.
     move(blocks(-(-m * nt // 32), WARPS), (BLOCK,), (
-        plan.totals, i64(m * nt), i32(slots), plan.spill_start, spill_indices, spill_data,
-        offset, parts.overflow_indices, parts.overflow_data))
-    return parts, nnz
+        totals, i64(m * nt), i32(slots), spill_start, spill_indices, spill_data, offset,
+        i64(capacity), parts.overflow_indices, parts.overflow_data))
+
+
+class PackLoss(NamedTuple):
+    """What :func:`ffn_fixup` reads to find the rows whose entries a
+    :func:`matmul_pack_bounded` lost: the fused GEMM's totals, spill starts and spill counter,
+    the overflow's unclamped offsets, the slots and the capacity."""
+
+    totals: object
+    spill_start: object
+    offset: object
+    counter: object
+    slots: int
+    capacity: int
+
+
+def matmul_pack_bounded(x, w, tile_width, slots):
+    """``relu(x @ w.T)`` packed at ``slots`` with no host synchronisation: ``(parts, loss)``.
+
+    One fused launch, the overflow's prefix sum and the move of the spilled runs, all queued
+    without reading anything back, so that the pack can be captured in a CUDA graph. The
+    overflow arrays hold the spill buffer's :func:`._policy.spill_capacity` entries whatever
+    the product holds: ``overflow_indptr`` (clamped to the capacity) says how many are used,
+    and every kernel that reads the overflow stops at ``overflow_indptr[M]``. A product whose
+    overflow exceeds the capacity loses the entries past it in the rows that hold them (they
+    read as zeros at column 0); ``loss`` (a :class:`PackLoss`, None for an empty product)
+    lets :func:`ffn_fixup` find those rows on the device and recompute them. The operands pass
+    :func:`matmul_pack_supported`.
+    """
+    plan = matmul_plan(x, w, tile_width)
+    m, nt = plan.totals.shape
+    parts = empty_parts(m, nt, slots, x.dtype, zeroed=False, overflow=False)
+    if m * nt == 0:
+        return no_overflow(parts), None
+    capacity = plan.spill_capacity
+    counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
+                                  plan.spill_start, capacity, plan.spill_indices,
+                                  plan.spill_data)
+    offset, row_starts = overflow_offsets(plan.totals, slots)
+    cupy.minimum(row_starts, capacity, out=row_starts)
+    parts = with_overflow(parts, row_starts, capacity)
+    _spill_to_overflow(plan.totals, slots, plan.spill_start, plan.spill_indices,
+                       plan.spill_data, offset, capacity, parts)
+    return parts, PackLoss(plan.totals, plan.spill_start, offset, counter, slots, capacity)
+
+
+def ffn_fixup(loss, x, w_gate, w_up, w_down, y):
+    """Queue ``twell_ffn_fixup``: the rows of ``y`` (M, d_model), the output of a layer whose
+    first projection was packed by :func:`matmul_pack_bounded` with ``loss``, that lost
+    entries are recomputed from the layer's definition (gated where ``w_gate`` is given). Its
+    blocks return after one read when nothing was lost. No host synchronisation."""
+    if loss is None:
+        return
+    m, depth = x.shape
+    hidden = w_up.shape[0]
+    device = cupy.cuda.Device()
+    grid = max(1, min(m, _sm_count(device.id)))
+    scratch = cupy.empty((grid, hidden), dtype=np.float32)
+    weights = (w_up,) if w_gate is None else (w_gate, w_up)
+    vec = vector_for(x.dtype, depth % _compile.vector_width(x.dtype) == 0, aligned(x, *weights))
+    kernel = _compile.function("ffn.cu", instance("twell_ffn_fixup", x.dtype, vec))
+    kernel((grid,), (BLOCK,), (
+        loss.totals, loss.spill_start, loss.offset, loss.counter, i64(m),
+        i64(loss.totals.shape[1]), i32(loss.slots), i64(loss.capacity),
+        i32(w_gate is not None), x, w_up if w_gate is None else w_gate, w_up, w_down,
+        i64(depth), i64(hidden), scratch, y))
+
+
+@functools.cache
+def _sm_count(device_id):
+    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
 
 
 #: ``matmul_pack_auto`` packs at ``tile_width // _PROVISIONAL_SHARE`` slots before it knows
@@ -228,43 +310,13 @@ def matmul_pack_auto(x, w, tile_width):
     return result, slots, nnz
 
 
-#: cudaDataType_t of the 16-bit inputs and the float32 output of :func:`_gemm_nt_float32`
-#: (CUDA's library_types.h).
-_CUDA_R = {"float16": 2, "bfloat16": 14, "float32": 0}
-
-
 def _gemm_nt_float32(x, w):
     """``x @ w.T`` as float32 (M, N) from 16-bit ``x`` (M, K) and ``w`` (N, K), both
     C-contiguous and of one dtype: cuBLAS ``GemmEx`` on tensor cores with float32 accumulation
-    and a float32 output (``cupy.matmul`` would round the products to the inputs' dtype)."""
-    from cupy_backends.cuda.libs import cublas
-
-    m, k = x.shape
-    n = w.shape[0]
-    out = cupy.empty((m, n), dtype=np.float32)
-    if k == 0:
-        out.fill(0)
-    if k == 0 or out.size == 0:
-        return out
-    limit = np.iinfo(np.int32).max
-    if max(m, n, k) > limit:
-        raise ValueError(f"cuBLAS takes dimensions up to {limit}; got x.shape={x.shape}, "
-                         f"w.shape={w.shape}")
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
-    mode = cublas.getPointerMode(handle)
-    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
-    dtype = _CUDA_R[x.dtype.name]
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    try:
-        # Column-major view: out^T (N x M) = w^T (w is K x N column-major) @ x (K x M).
-        cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n, m, k,
-                      one.ctypes.data, w.data.ptr, dtype, k, x.data.ptr, dtype, k,
-                      zero.ctypes.data, out.data.ptr, _CUDA_R["float32"], n,
-                      cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
-    finally:
-        cublas.setPointerMode(handle, mode)
-    return out
+    and a float32 output (``cupy.matmul`` would round the products to the inputs' dtype),
+    through twell's own handle, which a CUDA graph can capture (:mod:`._cublas`)."""
+    out = cupy.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    return _cublas.gemm(x, w, out, trans_b=True)
 
 
 def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
@@ -311,3 +363,37 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
         kernel(blocks(items, WARPS), (BLOCK,), (
             *common, x, w_up, i64(depth), out, overflow_out))
     return parts._replace(data=out, overflow_data=overflow_out)
+
+
+def without_sync_supported(x, w_gate, w_up, w_down):
+    """Whether :func:`sparse_ffn_without_sync` takes these CuPy arrays: one 16-bit dtype, and
+    the first projection's operands :func:`matmul_pack_supported` at tile width 256."""
+    first = w_up if w_gate is None else w_gate
+    return (all(w is None or w.dtype == x.dtype for w in (w_gate, w_up, w_down))
+            and matmul_pack_supported(x, first, _layout.GEMM_TILE_WIDTH)
+            and w_up.flags.c_contiguous)
+
+
+def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
+    """The ReLU feed-forward layer ``(relu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T`` (without
+    ``w_gate``: ``relu(x @ w_up.T) @ w_down.T``) with no host synchronisation, so that a CUDA
+    graph can capture it.
+
+    The arrays pass :func:`without_sync_supported`; ``slots`` is an int. The hidden layer is
+    :func:`matmul_pack_bounded` at tile width 256 (the GEMM's, whatever the library's
+    default), the gated up projection :func:`gated_up`, the down projection the SpMM, their
+    ways chosen by ``nnz_hint`` (the hidden layer's expected entries; None: the gather
+    kernels); then :func:`ffn_fixup` recomputes the rows whose overflow did not fit the
+    capacity, so that nothing is lost. Each kernel is deterministic: the same inputs give the
+    same bits, eagerly or replayed.
+    """
+    tile_width = _layout.GEMM_TILE_WIDTH
+    first = w_up if w_gate is None else w_gate
+    parts, loss = matmul_pack_bounded(x, first, tile_width, slots)
+    shape = (x.shape[0], first.shape[0])
+    if w_gate is not None:
+        parts = gated_up(parts, shape, tile_width, x, w_up, nnz_hint)
+    y = spmm(parts, shape, tile_width, cupy.ascontiguousarray(w_down.T), x.dtype,
+             nnz_hint=nnz_hint, matmul=_cublas.matmul)
+    ffn_fixup(loss, x, w_gate, w_up, w_down, y)
+    return y

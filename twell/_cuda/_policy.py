@@ -6,6 +6,7 @@ read-back), never by reading the GPU: a choice costs no synchronisation. Where a
 set by a measurement, its comment says what was measured; docs/design.rst has the numbers.
 """
 
+import functools
 import os
 
 import numpy as np
@@ -258,10 +259,19 @@ DENSE_SHARE = 8
 
 
 def device_bytes():
-    """Total memory of the current device (no sync)."""
+    """Total memory of the current device (no sync; asked once per device, so that a CUDA
+    graph capture makes no runtime call here)."""
     import cupy
 
-    return cupy.cuda.runtime.memGetInfo()[1]
+    return _total_memory(cupy.cuda.Device().id)
+
+
+@functools.cache
+def _total_memory(device_id):
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        return cupy.cuda.runtime.memGetInfo()[1]
 
 
 

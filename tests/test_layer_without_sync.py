@@ -1,0 +1,123 @@
+"""The feed-forward layer without a host synchronisation (twell._cuda._ffn): its pack with a
+fixed overflow capacity against the exact pack, the rows past the capacity recomputed on the
+device, and (with torch) the modules captured in CUDA graphs.
+
+Oracles: the pack that reads its overflow size back (``matmul_pack``), and the layer computed
+in float64 NumPy from the 16-bit inputs.
+"""
+
+import numpy as np
+import pytest
+from helpers import BF16, GPU_SKIP_REASON, cast
+
+import twell
+
+if not twell.cuda_available():
+    pytest.skip(GPU_SKIP_REASON, allow_module_level=True)
+import cupy  # noqa: E402
+
+from twell._cuda import _cublas, _ffn, _policy, _spmm  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def layer_inputs(rng, m, d_model, d_ff, shift, dtype=BF16):
+    """x >= 0 and weights of mean ``-shift``: ``relu(x @ w.T)`` keeps about 5% of its entries
+    at shift 0.13 (d_model 256), half at 0."""
+    x = np.abs(rng.standard_normal((m, d_model)))
+    wg = rng.standard_normal((d_ff, d_model)) - shift
+    wu = rng.standard_normal((d_ff, d_model)) / 16
+    wd = rng.standard_normal((d_model, d_ff)) / 16
+    return [cupy.asarray(cast(a, dtype)) for a in (x, wg, wu, wd)]
+
+
+def dense_layer(x, wg, wu, wd):
+    """The layer in float64 from the (16-bit) arrays' values; gated where ``wg`` is given."""
+    x, wu, wd = (cast(a.get(), np.float64) for a in (x, wu, wd))
+    if wg is None:
+        h = np.maximum(x @ wu.T, 0)
+    else:
+        h = np.maximum(x @ cast(wg.get(), np.float64).T, 0) * (x @ wu.T)
+    return h @ wd.T
+
+
+def rel(got, want):
+    return float(np.linalg.norm(cast(got.get(), np.float64) - want) / np.linalg.norm(want))
+
+
+@pytest.mark.parametrize("slots", [10, 13])
+def test_bounded_pack_holds_the_exact_packs_entries(rng, slots):
+    # ~13 entries a tile: 10 and 13 slots overflow, within the default capacity.
+    x, wg, _, _ = layer_inputs(rng, 300, 256, 1024, 0.13)
+    parts, loss = _ffn.matmul_pack_bounded(x, wg, 256, slots)
+    want, _ = _ffn.matmul_pack(x, wg, 256, slots)
+    n_over = int(want.overflow_indices.size)
+    assert n_over > 0 and int(loss.counter.get()[0]) == n_over <= loss.capacity
+    assert parts.overflow_indices.size == loss.capacity  # the fixed capacity, not the count
+    for name in ("counts", "data", "indices", "overflow_indptr"):
+        np.testing.assert_array_equal(getattr(parts, name).get(), getattr(want, name).get(),
+                                      err_msg=name)
+    np.testing.assert_array_equal(parts.overflow_indices[:n_over].get(),
+                                  want.overflow_indices.get())
+    np.testing.assert_array_equal(parts.overflow_data[:n_over].get(),
+                                  want.overflow_data.get())
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["mlp", "gated"])
+@pytest.mark.parametrize("capacity", [1, 700])
+def test_rows_past_the_capacity_are_recomputed(rng, monkeypatch, gated, capacity):
+    # Half the hidden layer non-zero in one slot a tile: ~40,000 entries past the slots
+    # against a capacity of 1 or 700, so that most rows (1) or the later ones (700) lose
+    # entries. The layer must still be the dense one, and only the fix-up makes it so.
+    monkeypatch.setattr(_policy, "spill_capacity", lambda m, n: capacity)
+    x, wg, wu, wd = layer_inputs(rng, 160, 256, 1024, 0.0)
+    wg = wg if gated else None
+    want = dense_layer(x, wg, wu, wd)
+    _, loss = _ffn.matmul_pack_bounded(x, wu if wg is None else wg, 256, 1)
+    assert int(loss.counter.get()[0]) > 50 * capacity
+    y = _ffn.sparse_ffn_without_sync(x, wg, wu, wd, 1)
+    assert rel(y, want) <= 2e-2
+    again = _ffn.sparse_ffn_without_sync(x, wg, wu, wd, 1)
+    np.testing.assert_array_equal(again.get().view(np.uint16), y.get().view(np.uint16))
+    monkeypatch.setattr(_ffn, "ffn_fixup", lambda *args: None)
+    assert rel(_ffn.sparse_ffn_without_sync(x, wg, wu, wd, 1), want) > 0.1
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["mlp", "gated"])
+@pytest.mark.parametrize("nnz_hint", [None, 10**9])
+def test_layer_without_sync_is_the_dense_layer(rng, monkeypatch, gated, nnz_hint):
+    # nnz_hint 10**9 (and no floor on the work): the dense ways of the up projection and the
+    # down projection (cuBLAS, to_dense), which read the capacity-sized overflow up to its row
+    # pointer's end.
+    calls = []
+    if nnz_hint:
+        monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 0)
+        up, dense = _ffn._gemm_nt_float32, _spmm.to_dense
+        monkeypatch.setattr(_ffn, "_gemm_nt_float32", lambda *a: calls.append("up") or up(*a))
+        monkeypatch.setattr(_spmm, "to_dense", lambda *a: calls.append("down") or dense(*a))
+    x, wg, wu, wd = layer_inputs(rng, 512, 256, 1024, 0.13)
+    wg = wg if gated else None
+    y = _ffn.sparse_ffn_without_sync(x, wg, wu, wd, 3, nnz_hint=nnz_hint)
+    assert calls == ([] if not nnz_hint else ["up", "down"] if gated else ["down"])
+    assert y.shape == (512, 256) and y.dtype == x.dtype
+    assert rel(y, dense_layer(x, wg, wu, wd)) <= 2e-2
+    exact = twell.sparse_ffn(x, wg, wu, wd, gated=gated, slots=3)
+    assert rel(y, cast(exact.get(), np.float64)) <= 1e-2
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("trans_b", [False, True], ids=["ab", "abT"])
+def test_twells_cublas_gemm_is_the_float64_product(rng, dtype, trans_b):
+    a = cupy.asarray(cast(rng.standard_normal((70, 48)), dtype))
+    b = cupy.asarray(cast(rng.standard_normal((33, 48) if trans_b else (48, 33)), dtype))
+    b64 = cast(b.get(), np.float64)
+    want = cast(a.get(), np.float64) @ (b64.T if trans_b else b64)
+    out = cupy.full((70, 33), np.nan, dtype=np.float32)
+    assert _cublas.gemm(a, b, out, trans_b=trans_b) is out
+    np.testing.assert_allclose(out.get(), want, rtol=1e-5, atol=1e-4)
+    if not trans_b:  # rounded once to the inputs' dtype
+        got = _cublas.matmul(a, b)
+        assert got.dtype == a.dtype
+        np.testing.assert_array_equal(cast(got.get(), np.float64),
+                                      cast(cast(out.get(), np.float64), dtype).astype(
+                                          np.float64))
