@@ -273,3 +273,112 @@ def test_torch_compile_traces_a_model_of_layers_without_a_graph_break(gated):
         want = model(x)
         got = compiled(x)
     assert got.shape == want.shape and torch.equal(got, want)
+
+
+def relu_sparse_layer(cls, device, slots, shift=0.13, d_model=256, d_ff=1024):
+    """A bfloat16 layer whose hidden layer keeps about 5% of its entries on inputs from
+    :func:`relu_sparse_input` (gate or up weights of mean ``-shift``; half at shift 0)."""
+    layer = cls(d_model, d_ff, slots=slots, dtype=torch.bfloat16, device=device)
+    first = layer.gate_proj if layer.gated else layer.up_proj
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        first.weight.copy_(torch.randn(d_ff, d_model, generator=g) - shift)
+    return layer
+
+
+def relu_sparse_input(m, d_model, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(m, d_model, generator=g).abs().to(torch.bfloat16).to(device)
+
+
+def weights_of(layer):
+    return (layer.gate_proj.weight if layer.gated else None, layer.up_proj.weight,
+            layer.down_proj.weight)
+
+
+def capture(layer, static_x):
+    """A CUDA graph of ``layer(static_x)`` and its output tensor (warmed up on a side
+    stream first, as torch.cuda.graph asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = layer(static_x)
+    return graph, static_y
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+@pytest.mark.parametrize("gated", [False, True], ids=["mlp", "gated"])
+@pytest.mark.parametrize("slots", ["auto", 2])
+@pytest.mark.parametrize("ways", ["gather", "dense"])
+def test_a_cuda_graph_replays_the_layer_with_the_eager_bits(device, gated, slots, ways,
+                                                            monkeypatch):
+    # ways="dense": no floor on the work, so that the up and down projections take their
+    # cuBLAS ways (twell's own handle, which a capture records; CuPy's refuses).
+    calls = []
+    if ways == "dense":
+        from twell._cuda import _cublas, _policy
+
+        monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 0)
+        gemm = _cublas.gemm
+        monkeypatch.setattr(_cublas, "gemm", lambda *a, **k: calls.append(1) or gemm(*a, **k))
+    layer = relu_sparse_layer(tt.SparseGatedMLP if gated else tt.SparseMLP, device, slots)
+    x1, x2 = (relu_sparse_input(384, 256, device, seed) for seed in (1, 2))
+    with torch.no_grad():
+        static_x = x1.clone()
+        eager1 = layer(static_x)  # the first call fixes slots and density
+        plan = layer._plan
+        assert plan[0] == (layer.slots if slots != "auto" else plan[0]) and 0.01 < plan[1] < 0.2
+        eager2 = layer(x2)
+        graph, static_y = capture(layer, static_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, eager1)
+        static_x.copy_(x2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, eager2)
+        assert torch.equal(layer(x2), eager2) and layer._plan == plan
+    assert rel(static_y.cpu(), dense_layer(x2, *weights_of(layer)).cpu()) <= RTOL[torch.bfloat16]
+    assert bool(calls) == (ways == "dense")
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_a_captured_layer_keeps_the_entries_past_its_overflow_capacity(device, monkeypatch):
+    # An input far denser than the first call's: half the hidden layer non-zero in 2 slots a
+    # tile, against a spill capacity of 500 entries. The replay recomputes the rows that lost
+    # entries on the device and gives the eager call's bits, which are the dense layer's.
+    from twell._cuda import _policy
+
+    monkeypatch.setattr(_policy, "spill_capacity", lambda m, n: 500)
+    layer = relu_sparse_layer(tt.SparseGatedMLP, device, 2)
+    with torch.no_grad():
+        sparse = relu_sparse_input(256, 256, device, 3)
+        layer(sparse)
+        dense = relu_sparse_input(256, 256, device, 4)
+        dense[:, :] = dense - 0.8  # signs mixed: x @ w.T positive about half the time
+        eager = layer(dense)
+        static_x = sparse.clone()
+        graph, static_y = capture(layer, static_x)
+        static_x.copy_(dense)
+        graph.replay()
+        torch.cuda.synchronize()
+    assert torch.equal(static_y, eager)
+    want = dense_layer(dense, *weights_of(layer)).cpu()
+    assert rel(eager.cpu(), want) <= RTOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_capturing_before_the_first_call_says_what_to_do(device):
+    layer = relu_sparse_layer(tt.SparseMLP, device, "auto")
+    x = relu_sparse_input(64, 256, device, 5)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), pytest.raises(RuntimeError, match="call it once before capturing"):
+        with torch.cuda.graph(graph):
+            layer(x)
+    layer.slots = 4  # a new setting starts over, and the layer runs
+    with torch.no_grad():
+        assert layer(x).shape == x.shape and layer._plan[0] == 4

@@ -19,12 +19,13 @@ uses the modules without a graph break.
 Importing this module needs PyTorch; the rest of twell works without it.
 """
 
+import contextlib
 from typing import Optional
 
 from . import _arrays, _layout
 from ._arguments import check_slots
 from ._dlpack import from_torch_array, to_torch
-from ._ffn import sparse_ffn
+from ._ffn import matmul_to_twell, sparse_ffn
 
 try:
     import torch
@@ -74,6 +75,43 @@ def _check_relu(mlp, name):
         )
 
 
+def _torch_allocator(cupy, device):
+    """A CuPy allocator that takes its memory from torch's caching allocator on torch's
+    current stream of ``device``. Under ``torch.cuda.graph`` capture the memory then comes from
+    the graph's private pool, which the graph keeps for its replays: memory from CuPy's own
+    pool would go back to that pool after the capture and be handed to other arrays while
+    replays still write it. Eagerly, twell and torch share one pool instead of two."""
+    stream = torch.cuda.current_stream(device)
+
+    def malloc(size, device_id):
+        return torch.cuda.caching_allocator_alloc(size, device_id, stream)
+
+    def free(ptr, device_id):
+        torch.cuda.caching_allocator_delete(ptr)
+
+    return cupy.cuda.memory.PythonFunctionAllocator(malloc, free).malloc
+
+
+def _on_device(device):
+    """The context in which twell's CuPy backend runs for tensors on ``device``: that
+    device, torch's current stream (so that twell's kernels follow the work that produced the
+    inputs and precede the work that reads the output) and torch's allocator."""
+    cupy = _arrays.cupy_module()
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(device.index))
+    stack.enter_context(_cupy_stream(cupy, device))
+    stack.enter_context(cupy.cuda.using_allocator(_torch_allocator(cupy, device)))
+    return stack
+
+
+def _without_sync(x, weights):
+    """Whether the layer on these tensors takes the path without a host synchronisation
+    (:func:`twell._cuda._ffn.sparse_ffn_without_sync`): CUDA tensors of one 16-bit dtype, the
+    fused GEMM's operands."""
+    return (x.device.type == "cuda" and x.dtype in (torch.bfloat16, torch.float16)
+            and all(w.dtype == x.dtype for w in weights))
+
+
 def _cupy_stream(cupy, device):
     """torch's current stream on ``device`` as a CuPy stream: through the CUDA stream protocol
     where both sides speak it (``Stream.from_external``, CuPy 14), else ``ExternalStream``."""
@@ -87,28 +125,51 @@ def _cupy_stream(cupy, device):
 # is no type, and the custom operator reads its schema from these annotations.
 def _sparse_ffn(x: torch.Tensor,
                 w_gate: Optional[torch.Tensor],  # noqa: UP045 - see above
-                w_up: torch.Tensor, w_down: torch.Tensor, slots: int) -> torch.Tensor:
+                w_up: torch.Tensor, w_down: torch.Tensor, slots: int,
+                density: float = -1.0) -> torch.Tensor:
     """:func:`twell.sparse_ffn` on tensors: ``x`` (M, d_model) and nn.Linear weights on one
     device, gated where ``w_gate`` is given, ``slots`` 0 for ``"auto"``; a new tensor of
-    shape (M, d_model) on that device."""
-    def run():
-        y = sparse_ffn(from_torch_array(x.detach()),
-                       None if w_gate is None else from_torch_array(w_gate.detach()),
-                       from_torch_array(w_up.detach()), from_torch_array(w_down.detach()),
-                       gated=w_gate is not None, tile_width=_layout.GEMM_TILE_WIDTH,
-                       slots=slots or "auto")
-        return to_torch(y)
+    shape (M, d_model) on that device.
+
+    With ``slots`` given, CUDA tensors of one 16-bit dtype take the layer without a host
+    synchronisation (:func:`twell._cuda._ffn.sparse_ffn_without_sync`), which a CUDA graph
+    can capture; ``density`` (the first projection's share of non-zeros, negative when
+    unknown) then stands for the entry count that the ways of the up projection and the
+    SpMM are chosen by."""
+    def as_arrays():
+        return [None if t is None else from_torch_array(t.detach())
+                for t in (x, w_gate, w_up, w_down)]
 
     if x.device.type != "cuda":
-        return run()
-    cupy = _arrays.cupy_module()
-    # twell's kernels queue on CuPy's current stream: torch's, so that they follow the work
-    # that produced x and precede the work that reads the output.
-    with cupy.cuda.Device(x.device.index), _cupy_stream(cupy, x.device):
-        return run()
+        return to_torch(sparse_ffn(*as_arrays(), gated=w_gate is not None,
+                                   tile_width=_layout.GEMM_TILE_WIDTH, slots=slots or "auto"))
+    weights = [w for w in (w_gate, w_up, w_down) if w is not None]
+    # The tensors are taken as arrays on torch's stream too: the DLPack exchange otherwise
+    # makes CuPy's default stream wait for torch's, which a graph capture refuses.
+    with _on_device(x.device):
+        arrays = as_arrays()
+        if slots and _without_sync(x, weights):
+            from ._cuda._ffn import sparse_ffn_without_sync, without_sync_supported
+
+            if without_sync_supported(*arrays):
+                hint = None if density < 0 else round(density * x.shape[0] * w_up.shape[0])
+                return to_torch(sparse_ffn_without_sync(*arrays, slots, nnz_hint=hint))
+        return to_torch(sparse_ffn(*arrays, gated=w_gate is not None,
+                                   tile_width=_layout.GEMM_TILE_WIDTH, slots=slots or "auto"))
 
 
-def _sparse_ffn_fake(x, w_gate, w_up, w_down, slots):
+def _layer_plan(x, w, slots):
+    """``(slots, density)`` of the first projection ``relu(x @ w.T)`` of a layer on CUDA
+    tensors, at tile width 256: the slots (``slots="auto"``'s choice for this product, or
+    ``slots`` given) and the product's share of non-zeros. One fused pack and one read-back
+    (a host synchronisation)."""
+    with _on_device(x.device):
+        h = matmul_to_twell(from_torch_array(x.detach()), from_torch_array(w.detach()),
+                            tile_width=_layout.GEMM_TILE_WIDTH, slots=slots)
+        return h.slots, h.nnz / max(h.shape[0] * h.shape[1], 1)
+
+
+def _sparse_ffn_fake(x, w_gate, w_up, w_down, slots, density=-1.0):
     """The output's metadata, for tracing (fake tensors: no data, no computation)."""
     dtype = x.dtype
     for w in (w_gate, w_up, w_down):
@@ -185,10 +246,48 @@ class _SparseFFN(nn.Module):
     def extra_repr(self):
         return f"d_model={self.d_model}, d_ff={self.d_ff}, slots={self.slots!r}"
 
+    @property
+    def slots(self):
+        """Slots per (row, tile) of the hidden layer's TwELL matrix: an int, or ``"auto"``.
+        Setting it drops the plan of the first CUDA call (:meth:`forward`)."""
+        return self._slots
+
+    @slots.setter
+    def slots(self, value):
+        self._slots = check_slots(value, _layout.GEMM_TILE_WIDTH)
+        self._plan = None
+
+    def _planned(self, x, weights):
+        """``(slots, density)`` for the operator: on CUDA tensors of one 16-bit dtype, those
+        of the first call, fixed then (:func:`_layer_plan`: one synchronisation, refused
+        while a CUDA graph is being captured); else the slots given (0 for ``"auto"``) and no
+        density."""
+        given = 0 if self._slots == "auto" else self._slots
+        compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
+        if not _without_sync(x, weights) or (compiling and self._plan is None):
+            return given, -1.0
+        if self._plan is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    f"{type(self).__name__} fixes its slots and density at its first call on "
+                    "a CUDA device, which reads the GPU: call it once before capturing a CUDA "
+                    "graph"
+                )
+            self._plan = _layer_plan(x, weights[0], self._slots)
+        return self._plan
+
 
     def forward(self, x):
         """The layer on ``x`` of shape ``(..., d_model)``: a tensor of the same shape, on
-        ``x``'s device, in the dtype NumPy's promotion gives ``x`` and the weights."""
+        ``x``'s device, in the dtype NumPy's promotion gives ``x`` and the weights.
+
+        On CUDA tensors of one 16-bit dtype (bfloat16 or float16) the first call fixes the
+        slots (``"auto"``'s choice for its input) and the hidden layer's density, and every
+        call after it runs without a host synchronisation, so that ``torch.cuda.graph`` can
+        capture it (replays give the eager calls' bits): the overflow past the slots lives in
+        buffers of a fixed capacity, and the rows of an input whose overflow exceeds it are
+        recomputed on the device (``twell._cuda._ffn.sparse_ffn_without_sync``). Setting
+        :attr:`slots` starts over."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
         weights = [getattr(self, name).weight for name in (*self._inputs, "down_proj")]
@@ -211,9 +310,10 @@ class _SparseFFN(nn.Module):
                     "(layer.to(x.device))"
                 )
         lead = x.shape[:-1]
-        y = sparse_ffn_op(x.reshape(-1, self.d_model),
-                          self.gate_proj.weight if self.gated else None, self.up_proj.weight,
-                          self.down_proj.weight, 0 if self.slots == "auto" else self.slots)
+        x2 = x.reshape(-1, self.d_model)
+        slots, density = self._planned(x2, weights)
+        y = sparse_ffn_op(x2, self.gate_proj.weight if self.gated else None,
+                          self.up_proj.weight, self.down_proj.weight, slots, density)
         if self.down_proj.bias is not None:
             y = y + self.down_proj.bias
         return y.reshape(*lead, self.d_model)
