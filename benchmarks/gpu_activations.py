@@ -411,3 +411,52 @@ def run_gated_ffn(bench, case, inp32, dt, s_max, max_tile, nb):
         bench.measure(case, "gated ffn", "twell.sparse_ffn",
                       lambda i, s=slots: twell.sparse_ffn(x[i], wg, wu, down[i].T, slots=s),
                       family="twell", variant=variant, nbuf=nb, check=chk, flops=flops)
+    if tx is not None:
+        _module_rows(bench, case, tx, twg, twu, tdown, chk, flops, nb)
+
+
+def _module_rows(bench, case, tx, twg, twu, tdown, chk, flops, nb):
+    """``twell.torch.SparseGatedMLP`` on the same weights (shared, not copied), one per
+    input buffer: eager calls after the first (which fixes the slots and the density), and
+    each buffer's call captured in a CUDA graph and replayed."""
+    torch = bench.torch
+    import twell.torch as tt
+
+    def linear(weight):
+        layer = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False,
+                                device=weight.device, dtype=weight.dtype)
+        layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+        return layer
+
+    gate, up = linear(twg), linear(twu)
+    layers = [tt.SparseGatedMLP.from_linear(gate, up, linear(tdown[i].T)) for i in range(nb)]
+
+    def eager(i):
+        with torch.no_grad():
+            return layers[i](tx[i])
+
+    bench.measure(case, "gated ffn", "twell SparseGatedMLP", eager, family="twell",
+                  variant="module, eager", nbuf=nb, check=chk, flops=flops)
+    if not bench.dev.gpu:
+        bench.skip(case, "gated ffn", "twell SparseGatedMLP", "CUDA graphs need a GPU",
+                   family="twell", variant="module, CUDA graph")
+        return
+    graphs, outputs = [], []
+
+    def replay(i):
+        if len(graphs) < nb:  # the first call of each buffer: warm up, then capture
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.no_grad(), torch.cuda.stream(side):
+                layers[i](tx[i])
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.no_grad(), torch.cuda.graph(graph):
+                outputs.append(layers[i](tx[i]))
+            graphs.append(graph)
+        graphs[i].replay()
+        return outputs[i]
+
+    bench.measure(case, "gated ffn", "twell SparseGatedMLP", replay, family="twell",
+                  variant="module, CUDA graph", nbuf=nb, check=chk, flops=flops,
+                  note="torch.cuda.CUDAGraph replays of the module's call on each buffer")

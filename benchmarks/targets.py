@@ -94,6 +94,11 @@ def gpu_targets(rows):
         op = "gemm+pack" if name.startswith("D2T") else "gated ffn"
         out.append(_ratio_target(rows, name, thr, dict(workload="ffn", dtype="bf16",
                                                        sparsity=s, op=op), fam))
+    for s, thr, name in ((0.99, 1.3, "gated FFN 99% bf16 module in a CUDA graph vs dense"),
+                         (0.95, 1.0, "gated FFN 95% bf16 module in a CUDA graph vs dense")):
+        out.append(_ratio_target(rows, name, thr, dict(
+            workload="ffn", dtype="bf16", sparsity=s, op="gated ffn",
+            variant="module, CUDA graph"), "dense", variant=""))
     where = dict(workload="ffn", dtype="bf16", sparsity=0.90, op="spmm")
     tw = twell_row(rows, **where)
     out.append({"target": "SpMM 90% bf16 lossless (overflow kept)",
