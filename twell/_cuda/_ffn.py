@@ -29,7 +29,7 @@ from ._launch import (
     with_overflow,
 )
 from ._reduce import count_buffer, overflow_offsets, read_counts
-from ._spmm import spmm
+from ._spmm import spmm_with
 
 #: Block tile of twell_matmul_pack and twell_matmul_pack_sm90_* (rows, columns) and their
 #: dynamic shared memory in bytes: 3 (4) pipeline stages of a 128 x 64 and a 256 x 64 tile of
@@ -393,7 +393,7 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     shape = (x.shape[0], first.shape[0])
     if w_gate is not None:
         parts = gated_up(parts, shape, tile_width, x, w_up, nnz_hint)
-    y = spmm(parts, shape, tile_width, cupy.ascontiguousarray(w_down.T), x.dtype,
-             nnz_hint=nnz_hint, matmul=_cublas.matmul)
+    y = spmm_with(_cublas.matmul, parts, shape, tile_width, cupy.ascontiguousarray(w_down.T),
+                  x.dtype, nnz_hint=nnz_hint)
     ffn_fixup(loss, x, w_gate, w_up, w_down, y)
     return y

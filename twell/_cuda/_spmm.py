@@ -15,8 +15,7 @@ from ._reduce import nonfinite
 from ._unpack import to_dense
 
 
-def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None,
-         matmul=None):
+def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
     Two ways, chosen without a host synchronisation (:func:`._policy.spmm_way`):
@@ -26,8 +25,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None,
       entry read from L2; one column takes the SpMV, :func:`spmv`), after
       ``twell_spmm_overflow_chunks`` when a row's overflow may be long enough to split
       (:func:`._policy.split_chunk`);
-    * ``A.toarray() @ b`` by cuBLAS (``cupy.matmul``, or ``matmul`` given) where the cost
-      model says it pays. If the ``M x K``
+    * ``A.toarray() @ b`` by cuBLAS (``cupy.matmul``; :func:`spmm_with` takes another)
+      where the cost model says it pays. If the ``M x K``
       temporary cannot be allocated, the gather kernel runs instead. If ``b`` holds Inf or
       NaN, the dense product would multiply A's zeros by them (NaN where A has no entry), so
       then the gather kernel recomputes the product (gated on the device).
@@ -40,6 +39,13 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None,
     65536 columns (int32 ``indices``) take the kernels' int instances and leave the tile index
     alone (such a row has few tiles).
     """
+    return spmm_with(cupy.matmul, parts, shape, tile_width, b, out_dtype, nnz_hint, tile_index)
+
+
+def spmm_with(matmul, parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None):
+    """:func:`spmm` whose dense way multiplies ``A.toarray()`` by ``b`` with ``matmul`` (a
+    function of the two CuPy arrays), for a caller that needs another cuBLAS handle than
+    CuPy's (``_ffn.sparse_ffn_without_sync``: CuPy's refuses a CUDA graph capture)."""
     m, k = shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -51,8 +57,8 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None,
         out = cupy.empty((m, n), dtype=out_dtype)
         for c0 in range(0, n, chunk):
             part = cupy.ascontiguousarray(b[:, c0:c0 + chunk])
-            out[:, c0:c0 + chunk] = spmm(parts, shape, tile_width, part, out_dtype,
-                                         tile_index=tile_index, matmul=matmul)
+            out[:, c0:c0 + chunk] = spmm_with(matmul, parts, shape, tile_width, part,
+                                              out_dtype, tile_index=tile_index)
         return out
     wide = parts.indices.dtype != _layout.INDEX_DTYPE
     if tile_index is not None and (wide or not _policy.index_pays(parts, m, tile_index)):
@@ -62,7 +68,7 @@ def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None,
     out = None
     if way == "dense":
         try:
-            out = (matmul or cupy.matmul)(to_dense(parts, shape, tile_width), b)
+            out = matmul(to_dense(parts, shape, tile_width), b)
         except cupy.cuda.memory.OutOfMemoryError:
             way = "rows"  # the memory is in use elsewhere: the gather kernels need none
         else:
