@@ -362,12 +362,14 @@ __global__ void twell_gated_take(const int* __restrict__ counts, const T* __rest
 // definition: h[j] = relu(x[row] . w_gate[j]) rounded to T (the fused GEMM's rounding), times
 // x[row] . w_up[j] in float32, rounded once to T (twell_gated_up's; without the gate, h[j] =
 // relu(x[row] . w_up[j]) rounded), then y[row, i] = sum_j h[j] * w_down[i, j] in float32,
-// rounded once. Each dot product is one warp's (warp_dot), in a fixed order: deterministic.
+// rounded once. The dot products of h are one warp's each (warp_dot), the sums over j one
+// thread's, in a fixed order: deterministic.
 // When nothing was lost (*spill_used <= capacity: the spilled entries all fit, so their
 // overflow places do too) every block returns after one read.
 // totals, spill_start (M, tiles) and spill_used: the fused GEMM's; overflow_offset (M * tiles +
 // 1): the exclusive prefix sum of the pairs' overflow, not clamped to the capacity. x (M, D),
-// w_gate and w_up (H, D), w_down (D, H), y (M, D) row-major; scratch: gridDim.x * H floats.
+// w_gate and w_up (H, D), w_down_t (H, D: w_down transposed, as the SpMM reads it), y (M, D)
+// row-major; scratch: gridDim.x * H floats.
 // Grid: any number of blocks (a block takes rows blockIdx.x, + gridDim.x, ...), 256 threads.
 template <typename T, int VEC>
 __global__ void twell_ffn_fixup(const int* __restrict__ totals,
@@ -376,7 +378,7 @@ __global__ void twell_ffn_fixup(const int* __restrict__ totals,
                                 const unsigned long long* __restrict__ spill_used,
                                 long long n_rows, long long tiles, int slots, long long capacity,
                                 int gated, const T* __restrict__ x, const T* __restrict__ w_gate,
-                                const T* __restrict__ w_up, const T* __restrict__ w_down,
+                                const T* __restrict__ w_up, const T* __restrict__ w_down_t,
                                 long long depth, long long hidden, float* __restrict__ scratch,
                                 T* __restrict__ y) {
   if (*spill_used <= static_cast<unsigned long long>(capacity)) return;  // nothing lost
@@ -405,14 +407,11 @@ __global__ void twell_ffn_fixup(const int* __restrict__ totals,
         if (lane == 0) h[j] = v;
       }
       __syncthreads();
-      for (long long i = warp; i < depth; i += warps) {
-        const T* __restrict__ wr = w_down + i * hidden;
-        float acc = 0.0f;
-        for (long long j = lane; j < hidden; j += kWarp) acc += h[j] * Value<T>::to_acc(wr[j]);
-#pragma unroll
-        for (int offset = kWarp / 2; offset > 0; offset >>= 1)
-          acc += __shfl_xor_sync(kFullMask, acc, offset);
-        if (lane == 0) y[row * depth + i] = Value<T>::from_acc(acc);
+      for (long long i = threadIdx.x; i < depth; i += blockDim.x) {
+        float acc = 0.0f;  // in the order of j; the block's threads read a row of w_down_t
+        for (long long j = 0; j < hidden; ++j)
+          acc += h[j] * Value<T>::to_acc(w_down_t[j * depth + i]);
+        y[row * depth + i] = Value<T>::from_acc(acc);
       }
     }
     __syncthreads();  // lost and h are rewritten for the next row

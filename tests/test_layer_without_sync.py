@@ -79,6 +79,9 @@ def test_rows_past_the_capacity_are_recomputed(rng, monkeypatch, gated, capacity
     assert rel(y, want) <= 2e-2
     again = _ffn.sparse_ffn_without_sync(x, wg, wu, wd, 1)
     np.testing.assert_array_equal(again.get().view(np.uint16), y.get().view(np.uint16))
+    # w_down as the transposed view of a (d_ff, d_model) array, as the modules keep it.
+    view = _ffn.sparse_ffn_without_sync(x, wg, wu, cupy.ascontiguousarray(wd.T).T, 1)
+    np.testing.assert_array_equal(view.get().view(np.uint16), y.get().view(np.uint16))
     monkeypatch.setattr(_ffn, "ffn_fixup", lambda *args: None)
     assert rel(_ffn.sparse_ffn_without_sync(x, wg, wu, wd, 1), want) > 0.1
 

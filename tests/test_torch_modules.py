@@ -382,3 +382,31 @@ def test_capturing_before_the_first_call_says_what_to_do(device):
     layer.slots = 4  # a new setting starts over, and the layer runs
     with torch.no_grad():
         assert layer(x).shape == x.shape and layer._plan[0] == 4
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_capturing_a_float32_layer_is_refused(device):
+    layer = tt.SparseMLP(64, 256, dtype=torch.float32, device=device)
+    x = torch.randn(32, 64, device=device)
+    with torch.no_grad():
+        layer(x)  # eager calls of any dtype run
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="bfloat16 or float16 tensors of one dtype"):
+            with torch.cuda.graph(graph):
+                layer(x)
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_the_kept_transposed_down_weight_follows_the_weight(device):
+    # The layer keeps down_proj.weight transposed on the GPU: a weight changed in place (its
+    # version) or replaced must be read anew.
+    layer = relu_sparse_layer(tt.SparseGatedMLP, device, 4)
+    x = relu_sparse_input(128, 256, device, 6)
+    with torch.no_grad():
+        first = layer(x)
+        layer.down_proj.weight.mul_(2)
+        doubled = layer(x)
+        layer.down_proj.weight = nn.Parameter(-layer.down_proj.weight, requires_grad=False)
+        negated = layer(x)
+    assert torch.equal(doubled, first * 2) and torch.equal(negated, -doubled)
+    assert rel(negated.cpu(), dense_layer(x, *weights_of(layer)).cpu()) <= RTOL[torch.bfloat16]

@@ -223,11 +223,12 @@ def matmul_pack_bounded(x, w, tile_width, slots):
     return parts, PackLoss(plan.totals, plan.spill_start, offset, counter, slots, capacity)
 
 
-def ffn_fixup(loss, x, w_gate, w_up, w_down, y):
+def ffn_fixup(loss, x, w_gate, w_up, w_down_t, y):
     """Queue ``twell_ffn_fixup``: the rows of ``y`` (M, d_model), the output of a layer whose
     first projection was packed by :func:`matmul_pack_bounded` with ``loss``, that lost
-    entries are recomputed from the layer's definition (gated where ``w_gate`` is given). Its
-    blocks return after one read when nothing was lost. No host synchronisation."""
+    entries are recomputed from the layer's definition (gated where ``w_gate`` is given;
+    ``w_down_t`` the down weight transposed, C-contiguous ``(hidden, d_model)``). Its blocks
+    return after one read when nothing was lost. No host synchronisation."""
     if loss is None:
         return
     m, depth = x.shape
@@ -241,7 +242,7 @@ def ffn_fixup(loss, x, w_gate, w_up, w_down, y):
     kernel((grid,), (BLOCK,), (
         loss.totals, loss.spill_start, loss.offset, loss.counter, i64(m),
         i64(loss.totals.shape[1]), i32(loss.slots), i64(loss.capacity),
-        i32(w_gate is not None), x, w_up if w_gate is None else w_gate, w_up, w_down,
+        i32(w_gate is not None), x, w_up if w_gate is None else w_gate, w_up, w_down_t,
         i64(depth), i64(hidden), scratch, y))
 
 
@@ -379,7 +380,9 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     ``w_gate``: ``relu(x @ w_up.T) @ w_down.T``) with no host synchronisation, so that a CUDA
     graph can capture it.
 
-    The arrays pass :func:`without_sync_supported`; ``slots`` is an int. The hidden layer is
+    The arrays pass :func:`without_sync_supported`; ``slots`` is an int. The SpMM reads
+    ``w_down.T`` C-contiguous: a transposed view of a ``(hidden, d_model)`` array costs no
+    copy (the modules keep one), any other ``w_down`` a copy per call. The hidden layer is
     :func:`matmul_pack_bounded` at tile width 256 (the GEMM's, whatever the library's
     default), the gated up projection :func:`gated_up`, the down projection the SpMM, their
     ways chosen by ``nnz_hint`` (the hidden layer's expected entries; None: the gather
@@ -393,7 +396,8 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     shape = (x.shape[0], first.shape[0])
     if w_gate is not None:
         parts = gated_up(parts, shape, tile_width, x, w_up, nnz_hint)
-    y = spmm_with(_cublas.matmul, parts, shape, tile_width, cupy.ascontiguousarray(w_down.T),
-                  x.dtype, nnz_hint=nnz_hint)
-    ffn_fixup(loss, x, w_gate, w_up, w_down, y)
+    w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
+    y = spmm_with(_cublas.matmul, parts, shape, tile_width, w_down_t, x.dtype,
+                  nnz_hint=nnz_hint)
+    ffn_fixup(loss, x, w_gate, w_up, w_down_t, y)
     return y

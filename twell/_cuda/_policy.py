@@ -56,10 +56,12 @@ def dense_product_pays(m, k, n, itemsize, nnz):
 #: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
 #: whose x and w_up rows come from L2. Its alternative is cuBLAS's whole product in float32
 #: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. Measured on the paper's
-#: gate (M = 16384, hidden 5632, d_model 2048) across 1-10% non-zero, where the two ways of
-#: the whole layer break even at ~1.05%, the crossover this value gives (docs/design.rst,
-#: the gated layer).
-GATED_DOT_SECONDS = 3.2e-13
+#: gate (M = 16384, hidden 5632, d_model 2048) on an H100: the dot products take 0.770 ms at
+#: 1.0% non-zero (921,775 entries), the whole product and its reading 0.637 ms at 5% (the
+#: model's 0.625), so the crossover is ~0.8% (docs/design.rst, the gated layer). An H200,
+#: whose fit of the whole layer gave 3.2e-13 and a crossover at ~1.05%, loses a little
+#: between the two.
+GATED_DOT_SECONDS = 4.1e-13
 
 
 def dense_up_pays(m, h, d, nnz):
@@ -67,7 +69,7 @@ def dense_up_pays(m, h, d, nnz):
     at a gate of ``nnz`` entries is faster computed whole (``x @ w_up.T`` in float32 by cuBLAS,
     then read at the entries) than as a dot product per entry, in the model above:
     ``nnz * d * GATED_DOT_SECONDS > m * h * d / GEMM_MACS + 4 * m * h / DENSIFY_BYTES``, for
-    16-bit values. At the paper's shape the crossover is ~1% of the gate non-zero.
+    16-bit values. At the paper's shape the crossover is ~0.8% of the gate non-zero.
     ``nnz=None`` answers False, as do products below ``DENSE_PRODUCT_MIN_WORK``."""
     if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
         return False
