@@ -402,7 +402,8 @@ def dask_caption(result):
 
 # -- status (README) ---------------------------------------------------------------------------
 
-# (operation in words, op, workload, dtype, sparsity, matrix, param, twell tile width)
+# (operation in words, op, workload, dtype, sparsity, matrix, param, twell tile width, or the
+# twell variant by name)
 STATUS = [
     ("A @ B, bf16, 99% sparse activations", "spmm", "ffn", "bf16", 0.99, None, "", None),
     ("A @ B, bf16, 99.9% sparse activations", "spmm", "sweep", "bf16", 0.999, None, "", None),
@@ -413,9 +414,14 @@ STATUS = [
     ("A @ B, power-law graph, fp32, N = 64", "spmm", "sci", "fp32", None, "graph", "N=64",
      65536),
     ("A @ x, Poisson stencil, fp32", "spmv", "sci", "fp32", None, "poisson", "", None),
+    ("A @ x, power-law graph, fp32", "spmv", "sci", "fp32", None, "graph", "", None),
     ("dense -> TwELL, bf16, 99%", "pack", "ffn", "bf16", 0.99, None, "", None),
     ("relu(x @ w.T) -> TwELL, bf16, 99%", "gemm+pack", "ffn", "bf16", 0.99, None, "", None),
     ("gated FFN layer, bf16, 99%", "gated ffn", "ffn", "bf16", 0.99, None, "", None),
+    ("SparseGatedMLP in a CUDA graph, bf16, 99%", "gated ffn", "ffn", "bf16", 0.99, None, "",
+     "module, CUDA graph"),
+    ("SparseGatedMLP in a CUDA graph, bf16, 99.9%", "gated ffn", "ffn", "bf16", 0.999, None,
+     "", "module, CUDA graph"),
     ("TwELL -> dense, bf16, 99%", "twell->dense", "ffn", "bf16", 0.99, None, "", None),
 ]
 
@@ -428,8 +434,12 @@ def status_rows(result):
         group = [r for r in result.rows if r.get("op") == op and r.get("workload") == wl
                  and r.get("dtype") == dt and r.get("sparsity") == s
                  and r.get("matrix") == matrix and (r.get("param") or "") == param]
-        tw = [r for r in twell_choices(group)
-              if tile is None or parse_variant(r.get("variant"))[0] == tile]
+        if isinstance(tile, str):
+            tw = [r for r in group if r.get("family") == "twell" and r.get("variant") == tile
+                  and r.get("status") in TIMED and r.get("ms")]
+        else:
+            tw = [r for r in twell_choices(group)
+                  if tile is None or parse_variant(r.get("variant"))[0] == tile]
         others = [o for o in (best_of(group, f) for f in families([group])) if o]
         if not tw or not others:
             continue
