@@ -150,11 +150,6 @@ def _typical(counts):
     return 0
 
 
-def _padding(counts, slots):
-    """Empty slots of the pairs holding fewer than ``slots`` entries."""
-    return sum((slots - c) * n for c, n in enumerate(counts[:slots]))
-
-
 def _one_tile_slots(counts, nnz, slots):
     """The largest count in ``[1, slots]`` whose padding is at most :data:`ONE_TILE_PADDING`
     of ``nnz`` (1 where none is)."""

@@ -112,6 +112,11 @@ def _without_sync(x, weights):
             and all(w.dtype == x.dtype for w in weights))
 
 
+def _compiling():
+    """Whether torch.compile is tracing (fake tensors: nothing to read or keep)."""
+    return getattr(torch.compiler, "is_compiling", lambda: False)()
+
+
 def _cupy_stream(cupy, device):
     """torch's current stream on ``device`` as a CuPy stream: through the CUDA stream protocol
     where both sides speak it (``Stream.from_external``, CuPy 14), else ``ExternalStream``."""
@@ -143,12 +148,11 @@ def _sparse_ffn(x: torch.Tensor,
     if x.device.type != "cuda":
         return to_torch(sparse_ffn(*as_arrays(), gated=w_gate is not None,
                                    tile_width=_layout.GEMM_TILE_WIDTH, slots=slots or "auto"))
-    weights = [w for w in (w_gate, w_up, w_down) if w is not None]
     # The tensors are taken as arrays on torch's stream too: the DLPack exchange otherwise
     # makes CuPy's default stream wait for torch's, which a graph capture refuses.
     with _on_device(x.device):
         arrays = as_arrays()
-        if slots and _without_sync(x, weights):
+        if slots:
             from ._cuda._ffn import sparse_ffn_without_sync, without_sync_supported
 
             if without_sync_supported(*arrays):
@@ -276,7 +280,6 @@ class _SparseFFN(nn.Module):
         while a CUDA graph is being captured); else the slots given (0 for ``"auto"``) and no
         density."""
         given = 0 if self._slots == "auto" else self._slots
-        compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
         if not _without_sync(x, weights):
             if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
@@ -285,7 +288,7 @@ class _SparseFFN(nn.Module):
                     f"of {', '.join(str(w.dtype) for w in weights)}"
                 )
             return given, -1.0
-        if compiling and self._plan is None:
+        if _compiling() and self._plan is None:
             return given, -1.0
         if self._plan is None:
             if torch.cuda.is_current_stream_capturing():
@@ -336,8 +339,7 @@ class _SparseFFN(nn.Module):
         x2 = x.reshape(-1, self.d_model)
         slots, density = self._planned(x2, weights)
         down = self.down_proj.weight
-        if x.device.type == "cuda" and not getattr(torch.compiler, "is_compiling",
-                                                   lambda: False)():
+        if x.device.type == "cuda" and not _compiling():
             down = self._down_transposed(down).T
         y = sparse_ffn_op(x2, self.gate_proj.weight if self.gated else None,
                           self.up_proj.weight, down, slots, density)
