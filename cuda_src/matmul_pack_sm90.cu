@@ -7,21 +7,32 @@
 // The loader (twell/_cuda/_compile.py) compiles this file with NVRTC for -arch=sm_90a, and
 // only on a device of compute capability 9.0; CI compiles it with nvcc for sm_90a.
 //
-// GEMM: block tile 128 x 256 x 64 (as ffn.cu), 288 threads = 9 warps:
+// GEMM: block tile 128 x 256 x 64 (as ffn.cu), 288 threads = 9 warps, persistent, in clusters
+// of 2 CTAs along M:
+//   - the grid holds as many clusters as the device runs at once; cluster c computes the
+//     tile pairs c, c + clusters, ...: pair p is row blocks 2 (p / col_blocks) and
+//     2 (p / col_blocks) + 1 of column block p % col_blocks, CTA rank r taking the first or
+//     the second (a padding CTA past M loads zero-filled rows and packs nothing);
 //   - warps 0-7 are two consumer warpgroups, each wgmma.m64n256k16 on its 64 rows (128 fp32
 //     accumulators a thread) from 128-byte-swizzled shared memory (tiles 1024-byte aligned:
 //     descriptors start >> 4, stride byte offset 1024, k step kk 32 bytes into each row);
-//   - warp 8 is the producer: one lane issues the TMA copies (cp.async.bulk.tensor.2d, boxes
-//     of 64 x 128 of x and 64 x 256 of w, 128-byte swizzle: the layout the consumers read;
-//     rows past M or N and columns past K come zero-filled from the unit) into kStages stages.
+//   - warp 8 is the producer: one lane streams every k tile of every pair of its cluster
+//     through one kStages-deep ring (its position runs on across tiles, so the next tile's
+//     first loads overlap a tile's packing): the CTA's own x box (64 x 128) and its half of
+//     the w tile (64 x 128), multicast into both CTAs of the cluster; 128-byte swizzle (the
+//     layout the consumers read); rows past M or N and columns past K come zero-filled.
 //   - Per stage two mbarriers: `full` (the producer's arrive.expect_tx of the stage's 48 KB,
-//     completed by the TMA) and `empty` (one arrival per consumer warp once the wgmma that
-//     read the stage has completed). No block-wide barrier in the k loop.
-// Then each consumer thread packs its two rows' relu(acc) (pack_accumulators).
+//     completed by its own and its peer's TMA copies) and `empty` (one arrival per consumer
+//     warp of either CTA once the wgmma that read the stage has completed: the producer
+//     refills a stage, which its multicast writes in both CTAs, once both released it). No
+//     block-wide barrier in the k loop; cluster barriers after the mbarrier init and before
+//     exit (a peer's arrivals must find the barriers alive).
+// Then each consumer thread packs its two rows' relu(acc) (pack_accumulators, a row at a time
+// from 32 KB of words of its own: the ring is busy with the next tile).
 // Both 16-bit types run here (the mma.sync kernel of ffn.cu takes about twice as long).
-// Why TMA: cp.async by all 256 threads (12 copies each per k tile and a block-wide barrier per
-// k tile) is about 15% slower at the paper's up projection; this kernel's GEMM alone runs
-// as fast as cuBLAS's (docs/design.rst, the fused GEMM).
+// Why clusters: the multicast halves the w traffic from L2 (a block's k tile needs 48 KB, of
+// which it loads 32); without it the consumers waited on the TMA 39% of their time at the
+// paper's up projection (docs/design.rst, the fused GEMM).
 // The tensor maps come by value as __grid_constant__ parameters (TensorMap, tma.cuh).
 #include "twell_layout.cuh"
 #include "mma.cuh"
@@ -36,16 +47,21 @@ namespace {
 using namespace twell::gemm;
 
 constexpr int kStages = 4;
+constexpr int kCluster = 2;                             // CTAs sharing a w tile
 constexpr int kConsumerThreads = 256;                   // 2 warpgroups
 constexpr int kConsumerWarps = kConsumerThreads / kWarp;
 constexpr int kSm90Threads = kConsumerThreads + kWarp;  // + the producer warp
-constexpr int kStageBytes = (kAStage + kBStage) * 2;    // 48 KB: what one stage's TMA brings
+constexpr int kStageBytes = (kAStage + kBStage) * 2;    // 48 KB land in each CTA per stage
+constexpr int kHalfB = kBStage / kCluster;              // values of half a w tile
+constexpr int kWordBytes = 8 * 256 * 16;                // pack_accumulators<T, true>'s words
 
 }  // namespace
 
 // relu(x @ w^T) -> TwELL slots, counts, totals and the spill: twell_matmul_pack's contract
 // (ffn.cu), for T = bf16 or fp16, with x and w read through their tensor maps (x: (M, K)
-// boxes of 64 x 128; w: (N, K) boxes of 64 x 256; both 128-byte swizzle, zero fill).
+// boxes of 64 x 128; w: (N, K) boxes of 64 x 128, half a w tile; both 128-byte swizzle, zero
+// fill). Persistent clusters of 2 CTAs: cluster c computes the tile pairs c, c + clusters,
+// ... (pair p: row blocks 2 (p / col_blocks) + rank of column block p % col_blocks).
 template <typename T>
 __device__ __forceinline__ void matmul_pack_sm90(
     const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
@@ -55,56 +71,79 @@ __device__ __forceinline__ void matmul_pack_sm90(
     T* __restrict__ spill_data, long long spill_capacity,
     unsigned long long* __restrict__ spill_used) {
   const int tid = threadIdx.x, warp_id = tid / kWarp, lane = tid % kWarp;
+  const unsigned rank = cluster_ctarank();
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
-  const long long m0 = static_cast<long long>(blockIdx.x) / col_blocks * kBM;
-  const long long n0 = static_cast<long long>(blockIdx.x) % col_blocks * kBN;
+  const long long row_pairs = (n_rows + kCluster * kBM - 1) / (kCluster * kBM);
+  const long long pairs = row_pairs * col_blocks;
+  const long long first_pair = cluster_id(), pair_step = cluster_count();
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
   T* const smem = aligned_smem<T>();
-  const unsigned stages = smem_address(smem);
-  const StageBarriers<kStages> bars{stages + kStages * kStageBytes};
+  const unsigned ring = smem_address(smem);
+  void* const words = reinterpret_cast<unsigned char*>(smem) + kStages * kStageBytes;
+  const StageBarriers<kStages> bars{ring + kStages * kStageBytes + kWordBytes};
 
-  // full: the producer's arrive; empty: one arrival per consumer warp.
-  if (tid == 0) bars.init(1, kConsumerWarps);
-  __syncthreads();
+  // full: this CTA's producer; empty: every consumer warp of the cluster. The peer's
+  // arrivals and multicasts must find initialised barriers.
+  if (tid == 0) bars.init(1, kCluster * kConsumerWarps);
+  cluster_sync();
 
-  float d[128];
   if (warp_id == kConsumerWarps) {
-    // The producer: lane 0 keeps every stage it may fill in flight. The launcher keeps M and
-    // N below 2^31, so the box coordinates fit the instruction's 32-bit operands.
+    // The producer: lane 0 streams every k tile of the cluster's pairs through the ring (its
+    // position g runs on across tiles, modulo 2 kStages): this CTA's x tile, and its half of
+    // the w tile multicast into both CTAs. A stage is refilled once both CTAs released it.
     if (lane == 0) {
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % kStages;
-        mbarrier_wait(bars.empty(s), ((kt / kStages) & 1) ^ 1);
-        mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
-        const unsigned a_s = stages + s * kStageBytes;
-        tma_load_2d(a_s, &tmap_x, bars.full(s), kt * kBK, static_cast<int>(m0));
-        tma_load_2d(a_s + kAStage * 2, &tmap_w, bars.full(s), kt * kBK, static_cast<int>(n0));
+      int g = 0;
+      for (long long p = first_pair; p < pairs; p += pair_step) {
+        const int m0 = static_cast<int>((p / col_blocks * kCluster + rank) * kBM);
+        const int n0 = static_cast<int>(p % col_blocks * kBN);
+        for (int kt = 0; kt < k_tiles; ++kt, g = (g + 1) % (2 * kStages)) {
+          const int s = g % kStages;
+          mbarrier_wait(bars.empty(s), ((g / kStages) & 1) ^ 1);
+          mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
+          const unsigned a_s = ring + s * kStageBytes;
+          tma_load_2d(a_s, &tmap_x, bars.full(s), kt * kBK, m0);
+          tma_load_2d_multicast(a_s + (kAStage + rank * kHalfB) * 2, &tmap_w, bars.full(s),
+                                kt * kBK, n0 + static_cast<int>(rank) * (kBN / kCluster),
+                                static_cast<unsigned short>((1u << kCluster) - 1));
+        }
       }
     }
     __syncwarp();
   } else {
-    // A released stage may be filled again: lane 0 arrives for its warp.
-    consume_k_tiles(
-        d, smem, bars, k_tiles, tid / 128,
-        [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); },
-        [lane](unsigned bar) { if (lane == 0) mbarrier_arrive(bar); });
+    // A stage is released in both CTAs: lane r arrives on CTA r's empty barrier.
+    const auto release = [lane](unsigned bar) {
+      if (lane < kCluster) mbarrier_arrive_cluster(bar, lane);
+    };
+    float d[128];
+    int first = 0;  // ring position of the tile's first k tile
+    for (long long p = first_pair; p < pairs; p += pair_step) {
+      consume_k_tiles(
+          d, smem, bars, k_tiles, tid / 128,
+          [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); }, release, first);
+      if (k_tiles > 0) release(bars.empty((first + k_tiles - 1) % kStages));
+      first = (first + k_tiles) % (2 * kStages);
+      const long long m0 = (p / col_blocks * kCluster + rank) * kBM;
+      if (m0 < n_rows)
+        pack_accumulators<T, true>(d, words, m0, p % col_blocks * kBN, n_rows, n_cols,
+                                   tile_width, slots, zero_fill != 0, totals, counts, data,
+                                   indices, spill_start, spill_indices, spill_data,
+                                   spill_capacity, spill_used, tid / 128, tid % 128 / kWarp,
+                                   lane);
+    }
   }
-  // Every stage is consumed (each TMA copy completed on a full barrier a consumer waited for,
-  // and every wgmma that read a stage has completed): the pipeline's shared memory holds the
-  // packing's words. The producer warp is done.
-  __syncthreads();
-  if (warp_id < kConsumerWarps)
-    pack_accumulators(d, smem, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill != 0,
-                      totals, counts, data, indices, spill_start, spill_indices, spill_data,
-                      spill_capacity, spill_used, tid / 128, tid % 128 / kWarp, lane);
+  // No CTA leaves while its peer may still arrive on its barriers.
+  __syncwarp();
+  cluster_sync();
 }
 
-// The kernels, one per dtype (NVRTC builds this file without name expressions). Grid:
-// ceil(M / 128) * ceil(N / 256) blocks of 288 threads, column blocks varying fastest; dynamic
-// shared memory kStages * kStageBytes + 2 * kStages * 8 (the mbarriers) + 1024 (alignment
-// slack) bytes. The tensor maps come by value as __grid_constant__ parameters.
+// The kernels, one per dtype (NVRTC builds this file without name expressions). Grid: 2 x
+// (at most the co-resident clusters, at most ceil(M / 256) * ceil(N / 256)) blocks of 288
+// threads in clusters of 2; dynamic shared memory kStages * kStageBytes + kWordBytes +
+// 2 * kStages * 8 (the mbarriers) + 1024 (alignment slack) bytes. The tensor maps come by
+// value as __grid_constant__ parameters.
 #define TWELL_MATMUL_PACK_SM90(name, T)                                                      \
-  extern "C" __global__ void __launch_bounds__(kSm90Threads, 1) name(                       \
+  extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                      \
+      __launch_bounds__(kSm90Threads, 1) name(                       \
       const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,   \
       long long n_rows, long long n_cols, long long depth, int tile_width, int slots,       \
       int zero_fill, int* __restrict__ totals, int* __restrict__ counts,                    \

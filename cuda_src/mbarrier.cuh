@@ -60,4 +60,40 @@ __device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned par
   }
 }
 
+// One arrival on the mbarrier at shared-memory offset `bar` of the cluster's CTA `rank`.
+// The default semantics (release at CTA scope), as CUTLASS's ClusterBarrier: the stage it
+// releases was read by wgmma, complete before the arrival; a cluster-scope release would
+// also wait for this thread's earlier global stores (the previous tile's packing).
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_ctarank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+__device__ __forceinline__ unsigned cluster_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(id));
+  return id;
+}
+
+__device__ __forceinline__ unsigned cluster_count() {
+  unsigned n;
+  asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(n));
+  return n;
+}
+
+// Every thread of every CTA of the cluster (converged warps: the barrier is .aligned).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n"
+               ::: "memory");
+}
+
 }  // namespace twell

@@ -31,6 +31,18 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* tmap, unsi
 
 // The ring's mbarriers, after its stages in shared memory: full[s] at 8 s, empty[s] after
 // them. Thread 0 initialises them (init), before a barrier of the block or cluster.
+// tma_load_2d's box written at the same shared-memory offset dst of every CTA of the
+// cluster named in cta_mask, each completing bytes on its own mbarrier at offset `bar`.
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const void* tmap,
+                                                      unsigned bar, int c0, int c1,
+                                                      unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(tmap)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
 template <int kStages>
 struct StageBarriers {
   unsigned base;

@@ -287,6 +287,27 @@ def test_sm90_kernel_gives_the_bits_of_the_mma_kernel(gpu, rng, monkeypatch, sha
                      "sm90 with a spill rerun vs mma.sync")
 
 
+@pytest.mark.parametrize("clusters", [1, 3])
+def test_sm90_kernel_with_few_clusters_gives_the_same_bits(gpu, rng, monkeypatch, clusters):
+    # The persistent Hopper kernel's clusters take turns over the tile pairs; with one or
+    # three clusters each streams many tiles through one ring (its phases run on across
+    # tiles), and an odd row-block count leaves a padding CTA in the last pair.
+    from twell._cuda import _ffn, _policy
+
+    _hopper(gpu)
+    x, w = _fused(gpu, rng, BF16, shape=(1000, 192, 1300))
+    full = (1000, 1300)
+    monkeypatch.setattr(_policy, "matmul_variant", lambda *_: "mma")
+    want, _ = _ffn.matmul_pack(x, w, 64, 4)
+    monkeypatch.setattr(_policy, "matmul_variant", lambda *_: "sm90")
+    monkeypatch.setattr(_ffn, "_SM90_CLUSTER_COUNTS", {gpu.xp.cuda.Device().id: clusters})
+    gpu.poison()
+    got, _ = _ffn.matmul_pack(x, w, 64, 4)
+    assert_same_bits(twell.TwELLMatrix._from_parts(got, full, 64),
+                     twell.TwELLMatrix._from_parts(want, full, 64),
+                     f"sm90 with {clusters} clusters vs mma.sync")
+
+
 @pytest.mark.parametrize("dtype, kernel", [(BF16, "twell_matmul_pack_sm90_bf16"),
                                            (F16, "twell_matmul_pack_sm90_f16")],
                          ids=["bf16", "f16"])

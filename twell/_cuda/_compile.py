@@ -14,6 +14,7 @@ compute capability (:func:`arch_supported`).
 """
 
 import contextlib
+import ctypes
 import functools
 import importlib.resources
 import os
@@ -278,6 +279,44 @@ class ArchKernel:
         driver.funcSetAttribute(self.function.ptr, attribute, size)
 
     max_dynamic_shared_size_bytes = property(fset=_set_shared)
+
+    def max_active_clusters(self, threads, shared_mem, cluster):
+        """How many clusters of ``cluster`` blocks of ``threads`` threads and ``shared_mem``
+        bytes of dynamic shared memory the device holds at once (the driver's
+        ``cuOccupancyMaxActiveClusters``, for a kernel with compile-time cluster dimensions);
+        None where the driver does not say. Set the shared-memory limit first."""
+        return _max_active_clusters(self.function.ptr, threads, shared_mem, cluster)
+
+
+class _LaunchConfig(ctypes.Structure):
+    """The driver's CUlaunchConfig (cuda.h)."""
+
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_mem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+@functools.cache
+def _occupancy_clusters():
+    for name in ("libcuda.so.1", "nvcuda.dll"):
+        with contextlib.suppress(OSError, AttributeError):
+            fn = ctypes.CDLL(name).cuOccupancyMaxActiveClusters
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                           ctypes.POINTER(_LaunchConfig)]
+            fn.restype = ctypes.c_int
+            return fn
+    return None
+
+
+def _max_active_clusters(function, threads, shared_mem, cluster):
+    query = _occupancy_clusters()
+    if query is None:
+        return None
+    config = _LaunchConfig((cluster, 1, 1), (threads, 1, 1), shared_mem, None, None, 0)
+    found = ctypes.c_int(0)
+    if query(ctypes.byref(found), ctypes.c_void_p(function), ctypes.byref(config)) != 0:
+        return None
+    return found.value or None
 
 
 @functools.cache

@@ -33,12 +33,14 @@ from ._spmm import spmm_with
 
 #: Block tile of twell_matmul_pack and twell_matmul_pack_sm90_* (rows, columns) and their
 #: dynamic shared memory in bytes: 3 (4) pipeline stages of a 128 x 64 and a 256 x 64 tile of
-#: 16-bit values; the Hopper kernel adds its 8 mbarriers and aligns its tiles to 1024 bytes by
-#: hand (+1024 of slack). The Hopper kernel runs 288 threads (a producer warp), the other 256.
+#: 16-bit values; the Hopper kernel adds 32 KB for its packing's words, its 8 mbarriers, and
+#: aligns its tiles to 1024 bytes by hand (+1024 of slack). The Hopper kernel runs 288
+#: threads (a producer warp) in clusters of 2 that share each w tile, the other 256.
 _MATMUL_TILE = (128, 256)
 _MATMUL_SMEM = 3 * (128 + 256) * 64 * 2
-_MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 2 * 4 * 8 + 1024
+_MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 8 * 256 * 16 + 2 * 4 * 8 + 1024
 _MATMUL_THREADS = {"mma": 256, "sm90": 288}
+_SM90_CLUSTER = 2
 _SM90_KERNELS = {"bfloat16": "twell_matmul_pack_sm90_bf16", "float16": "twell_matmul_pack_sm90_f16"}
 #: Depth of a k tile of the GEMM: the Hopper kernel's x and w boxes are 64 columns wide.
 _MATMUL_DEPTH = 64
@@ -59,7 +61,9 @@ def _matmul_operands(x, w, variant):
     """The kernel, its operand arguments and its shared memory for ``variant``."""
     if variant == "sm90":
         bm, bn = _MATMUL_TILE
-        maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm), _tma.tensor_map_2d(w, _MATMUL_DEPTH, bn))
+        # w in boxes of half its tile: each CTA of a cluster loads one half for both.
+        maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm),
+                _tma.tensor_map_2d(w, _MATMUL_DEPTH, bn // _SM90_CLUSTER))
         kernel = _compile.function(_policy.SM90_SOURCE, _SM90_KERNELS[x.dtype.name])
         return kernel, maps, _MATMUL_SM90_SMEM
     kernel = _compile.function("ffn.cu", instance("twell_matmul_pack", x.dtype))
@@ -114,13 +118,35 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
     kernel.max_dynamic_shared_size_bytes = smem
     bm, bn = _MATMUL_TILE
     counter = overflow_counter() if counter is None else counter
-    # Blocks: one 128 x 256 output tile each, the column tiles of a row block consecutive.
-    kernel((-(-m // bm) * -(-n // bn),), (_MATMUL_THREADS[variant],), (
+    tiles = -(-m // bm) * -(-n // bn)
+    if variant == "sm90":
+        # Persistent clusters, as many as the device holds at once: a cluster launched after
+        # the others would add its whole share of the tiles to the time.
+        pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
+        grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, smem))
+    else:
+        grid = tiles  # one 128 x 256 output tile a block, the column tiles of a row consecutive
+    kernel((grid,), (_MATMUL_THREADS[variant],), (
         *operands, i64(m), i64(n), i64(k), i32(tile_width), i32(slots),
         i32(zero_fill), totals,
         parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
         i64(spill_capacity), counter), shared_mem=smem)
     return counter
+
+
+def _sm90_clusters(kernel, smem):
+    """The Hopper kernel's co-resident clusters on the current device (the driver's count;
+    else one per two multiprocessors, the most there can be)."""
+    device = cupy.cuda.Device().id
+    found = _SM90_CLUSTER_COUNTS.get(device)
+    if found is None:
+        found = (kernel.max_active_clusters(_MATMUL_THREADS["sm90"], smem, _SM90_CLUSTER)
+                 or _sm_count(device) // _SM90_CLUSTER)
+        _SM90_CLUSTER_COUNTS[device] = found
+    return found
+
+
+_SM90_CLUSTER_COUNTS = {}
 
 
 def matmul_pack(x, w, tile_width, slots):
