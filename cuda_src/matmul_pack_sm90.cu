@@ -57,14 +57,19 @@ constexpr int kWordBytes = 8 * 256 * 16;                // pack_accumulators<T, 
 
 }  // namespace
 
-// The persistent cluster GEMM: for every 128 x 256 tile of x @ w^T this CTA computes, each
-// consumer thread calls epilogue(d, m0, n0, wg, warp, lane) with its accumulators (fp32, the
-// k steps of 16 added in order). x: (M, K) boxes of 64 x 128; w: (N, K) boxes of 64 x 128,
-// half a w tile; both 128-byte swizzle, zero fill.
-template <typename T, typename Epilogue>
-__device__ __forceinline__ void persistent_gemm(const TensorMap& tmap_x, const TensorMap& tmap_w,
-                                                long long n_rows, long long n_cols,
-                                                long long depth, const Epilogue& epilogue) {
+// relu(x @ w^T) -> TwELL slots, counts, totals and the spill: twell_matmul_pack's contract
+// (ffn.cu), for T = bf16 or fp16, with x and w read through their tensor maps (x: (M, K)
+// boxes of 64 x 128; w: (N, K) boxes of 64 x 128, half a w tile; both 128-byte swizzle, zero
+// fill). Persistent clusters of 2 CTAs: cluster c computes the tile pairs c, c + clusters,
+// ... (pair p: row blocks 2 (p / col_blocks) + rank of column block p % col_blocks).
+template <typename T>
+__device__ __forceinline__ void matmul_pack_sm90(
+    const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
+    long long depth, int tile_width, int slots, int zero_fill, int* __restrict__ totals,
+    int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
+    long long* __restrict__ spill_start, int* __restrict__ spill_indices,
+    T* __restrict__ spill_data, long long spill_capacity,
+    unsigned long long* __restrict__ spill_used) {
   const int tid = threadIdx.x, warp_id = tid / kWarp, lane = tid % kWarp;
   const unsigned rank = cluster_ctarank();
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
@@ -74,6 +79,7 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap& tmap_x, const T
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
   T* const smem = aligned_smem<T>();
   const unsigned ring = smem_address(smem);
+  void* const words = reinterpret_cast<unsigned char*>(smem) + kStages * kStageBytes;
   const StageBarriers<kStages> bars{ring + kStages * kStageBytes + kWordBytes};
 
   // full: this CTA's producer; empty: every consumer warp of the cluster. The peer's
@@ -117,133 +123,17 @@ __device__ __forceinline__ void persistent_gemm(const TensorMap& tmap_x, const T
       if (k_tiles > 0) release(bars.empty((first + k_tiles - 1) % kStages));
       first = (first + k_tiles) % (2 * kStages);
       const long long m0 = (p / col_blocks * kCluster + rank) * kBM;
-      if (m0 < n_rows) epilogue(d, m0, p % col_blocks * kBN, tid / 128, tid % 128 / kWarp, lane);
+      if (m0 < n_rows)
+        pack_accumulators<T, true>(d, words, m0, p % col_blocks * kBN, n_rows, n_cols,
+                                   tile_width, slots, zero_fill != 0, totals, counts, data,
+                                   indices, spill_start, spill_indices, spill_data,
+                                   spill_capacity, spill_used, tid / 128, tid % 128 / kWarp,
+                                   lane);
     }
   }
   // No CTA leaves while its peer may still arrive on its barriers.
   __syncwarp();
   cluster_sync();
-}
-
-// The 32 KB of shared memory past the ring that the epilogues may use (each thread its own
-// part: no barrier between tiles).
-template <typename T>
-__device__ __forceinline__ void* epilogue_words() {
-  return reinterpret_cast<unsigned char*>(aligned_smem<T>()) + kStages * kStageBytes;
-}
-
-// relu(x @ w^T) -> TwELL slots, counts, totals and the spill: twell_matmul_pack's contract
-// (ffn.cu), for T = bf16 or fp16.
-template <typename T>
-__device__ __forceinline__ void matmul_pack_sm90(
-    const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
-    long long depth, int tile_width, int slots, int zero_fill, int* __restrict__ totals,
-    int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
-    long long* __restrict__ spill_start, int* __restrict__ spill_indices,
-    T* __restrict__ spill_data, long long spill_capacity,
-    unsigned long long* __restrict__ spill_used) {
-  void* const words = epilogue_words<T>();
-  persistent_gemm<T>(tmap_x, tmap_w, n_rows, n_cols, depth,
-                     [&](const float (&d)[128], long long m0, long long n0, int wg, int warp,
-                         int lane) {
-                       pack_accumulators<T, true>(
-                           d, words, m0, n0, n_rows, n_cols, tile_width, slots,
-                           zero_fill != 0, totals, counts, data, indices, spill_start,
-                           spill_indices, spill_data, spill_capacity, spill_used, wg, warp,
-                           lane);
-                     });
-}
-
-// The gated layer's up projection at the gate's entries: out = gate * (x @ w^T) at every
-// stored entry of the gate (M x N, TwELL at tile_width, its overflow read up to
-// overflow_indptr[M]), each product taken from the fp32 accumulators and rounded once, the
-// slots past each count zero: twell_gated_take's contract (ffn.cu) without the M x N fp32
-// product in memory. The accumulators go through 32 KB of shared memory in four quarters
-// (h: a lane's first or second row; the tile's first or last 128 columns), each warp's 8
-// rows x 128 columns with 8-column chunks XOR-swizzled by row (conflict-free 8-byte stores);
-// then the 4 lanes of a row take its entries in that quarter in turn: slot s by lane s % 4,
-// overflow entry e (of the row's, at columns n0 ... n0 + 255) by lane e % 4.
-template <typename T>
-__device__ __forceinline__ void take_accumulators(
-    const float (&d)[128], float* words, long long m0, long long n0, long long n_rows,
-    long long n_cols, int tile_width, int slots, const int* __restrict__ counts,
-    const T* __restrict__ gate, const unsigned short* __restrict__ indices,
-    const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
-    const T* __restrict__ overflow_gate, T* __restrict__ out, T* __restrict__ overflow_out,
-    int wg, int warp, int lane) {
-  const int q = lane & 3, r8 = lane >> 2;
-  float* const mine = words + (wg * 4 + warp) * 8 * 128 + r8 * 128;
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const int tiles_here = kBN / tile_width;
-  const long long tile0 = n0 / tile_width;
-  const long long over_end = overflow_indptr[n_rows];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const long long row = m0 + wg * 64 + 16 * warp + r8 + 8 * h;
-    const bool row_ok = row < n_rows;
-    const long long over_first = row_ok ? min(overflow_indptr[row], over_end) : 0;
-    const long long over_last = row_ok ? min(overflow_indptr[row + 1], over_end) : 0;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      __syncwarp();  // the previous quarter's reads are done
-#pragma unroll
-      for (int jj = 0; jj < 16; ++jj) {
-        const int j = 16 * half + jj;
-        const float2 two = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-        *reinterpret_cast<float2*>(mine + 8 * (jj ^ r8) + 2 * q) = two;
-      }
-      __syncwarp();
-      if (!row_ok) continue;
-      const int lo = 128 * half;  // the quarter's first column in the tile
-      for (int t = 0; t < tiles_here; ++t) {
-        const int t_first = t * tile_width;  // the tile's first column in the block
-        if (t_first + tile_width <= lo || t_first >= lo + 128) continue;
-        const long long tile = tile0 + t;
-        if (tile >= tiles) break;
-        const long long pair = row * tiles + tile;
-        const int count = counts[pair];
-        // The pair's slots past its count are zeroed once, in its first quarter.
-        const bool zero_here = t_first >= lo;
-        for (int s = q; s < slots; s += 4) {
-          const long long at = pair * slots + s;
-          if (s < count) {
-            const int c = t_first + indices[at] - lo;
-            if (c >= 0 && c < 128) {
-              const float up = mine[8 * ((c >> 3) ^ r8) + (c & 7)];
-              out[at] = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up);
-            }
-          } else if (zero_here) {
-            out[at] = Value<T>::zero();
-          }
-        }
-      }
-      for (long long e = over_first + q; e < over_last; e += 4) {
-        const long long c = overflow_indices[e] - n0 - lo;
-        if (c >= 0 && c < 128) {
-          const float up = mine[8 * ((static_cast<int>(c) >> 3) ^ r8) + (c & 7)];
-          overflow_out[e] = Value<T>::from_acc(Value<T>::to_acc(overflow_gate[e]) * up);
-        }
-      }
-    }
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void matmul_take_sm90(
-    const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
-    long long depth, int tile_width, int slots, const int* __restrict__ counts,
-    const T* __restrict__ gate, const unsigned short* __restrict__ indices,
-    const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
-    const T* __restrict__ overflow_gate, T* __restrict__ out, T* __restrict__ overflow_out) {
-  float* const words = static_cast<float*>(epilogue_words<T>());
-  persistent_gemm<T>(tmap_x, tmap_w, n_rows, n_cols, depth,
-                     [&](const float (&d)[128], long long m0, long long n0, int wg, int warp,
-                         int lane) {
-                       take_accumulators<T>(d, words, m0, n0, n_rows, n_cols, tile_width,
-                                            slots, counts, gate, indices, overflow_indptr,
-                                            overflow_indices, overflow_gate, out,
-                                            overflow_out, wg, warp, lane);
-                     });
 }
 
 // The kernels, one per dtype (NVRTC builds this file without name expressions). Grid: 2 x
@@ -268,22 +158,3 @@ __device__ __forceinline__ void matmul_take_sm90(
 
 TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_bf16, __nv_bfloat16)
 TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_f16, __half)
-
-// The gated up projection, one kernel per dtype; grid, block and shared memory as above.
-#define TWELL_MATMUL_TAKE_SM90(name, T)                                                      \
-  extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                               \
-      __launch_bounds__(kSm90Threads, 1) name(                                              \
-      const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,   \
-      long long n_rows, long long n_cols, long long depth, int tile_width, int slots,       \
-      const int* __restrict__ counts, const T* __restrict__ gate,                           \
-      const unsigned short* __restrict__ indices,                                           \
-      const long long* __restrict__ overflow_indptr,                                        \
-      const int* __restrict__ overflow_indices, const T* __restrict__ overflow_gate,        \
-      T* __restrict__ out, T* __restrict__ overflow_out) {                                  \
-    matmul_take_sm90<T>(tmap_x, tmap_w, n_rows, n_cols, depth, tile_width, slots, counts,   \
-                        gate, indices, overflow_indptr, overflow_indices, overflow_gate,    \
-                        out, overflow_out);                                                 \
-  }
-
-TWELL_MATMUL_TAKE_SM90(twell_matmul_take_sm90_bf16, __nv_bfloat16)
-TWELL_MATMUL_TAKE_SM90(twell_matmul_take_sm90_f16, __half)

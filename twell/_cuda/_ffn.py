@@ -42,8 +42,6 @@ _MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 8 * 256 * 16 + 2 * 4 * 8 + 1024
 _MATMUL_THREADS = {"mma": 256, "sm90": 288}
 _SM90_CLUSTER = 2
 _SM90_KERNELS = {"bfloat16": "twell_matmul_pack_sm90_bf16", "float16": "twell_matmul_pack_sm90_f16"}
-_SM90_TAKE_KERNELS = {"bfloat16": "twell_matmul_take_sm90_bf16",
-                      "float16": "twell_matmul_take_sm90_f16"}
 #: Depth of a k tile of the GEMM: the Hopper kernel's x and w boxes are 64 columns wide.
 _MATMUL_DEPTH = 64
 
@@ -372,8 +370,6 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
               parts.overflow_indices, parts.overflow_data, i64(m), i64(k), i32(tile_width),
               i32(parts.data.shape[2]), i64(n_over))
     up = None
-    if way == "dense" and _take_fused(parts, shape, tile_width, x, w_up, out, overflow_out):
-        return parts._replace(data=out, overflow_data=overflow_out)
     if way == "dense":
         try:
             up = _gemm_nt_float32(x, w_up)
@@ -394,30 +390,6 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
         kernel(blocks(items, WARPS), (BLOCK,), (
             *common, x, w_up, i64(depth), out, overflow_out))
     return parts._replace(data=out, overflow_data=overflow_out)
-
-
-def _take_fused(parts, shape, tile_width, x, w_up, out, overflow_out):
-    """The dense way of :func:`gated_up` in one Hopper kernel, ``twell_matmul_take_sm90_*``:
-    the fused GEMM's ``x @ w_up.T`` taken at the gate's entries from its accumulators, with
-    no float32 temporary. Queues it and returns True where the fused GEMM runs its Hopper
-    kernel on these operands; else False, and nothing is queued."""
-    if not (matmul_pack_supported(x, w_up, tile_width)
-            and _policy.matmul_variant(x, w_up) == "sm90"):
-        return False
-    m, n = shape
-    kernel = _compile.function(_policy.SM90_SOURCE, _SM90_TAKE_KERNELS[x.dtype.name])
-    smem = _MATMUL_SM90_SMEM
-    kernel.max_dynamic_shared_size_bytes = smem
-    bm, bn = _MATMUL_TILE
-    maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm),
-            _tma.tensor_map_2d(w_up, _MATMUL_DEPTH, bn // _SM90_CLUSTER))
-    pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
-    grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, smem))
-    kernel((grid,), (_MATMUL_THREADS["sm90"],), (
-        *maps, i64(m), i64(n), i64(x.shape[1]), i32(tile_width), i32(parts.data.shape[2]),
-        parts.counts, parts.data, parts.indices, parts.overflow_indptr,
-        parts.overflow_indices, parts.overflow_data, out, overflow_out), shared_mem=smem)
-    return True
 
 
 def without_sync_supported(x, w_gate, w_up, w_down):
