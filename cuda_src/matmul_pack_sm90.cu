@@ -53,7 +53,7 @@ constexpr int kConsumerWarps = kConsumerThreads / kWarp;
 constexpr int kSm90Threads = kConsumerThreads + kWarp;  // + the producer warp
 constexpr int kStageBytes = (kAStage + kBStage) * 2;    // 48 KB land in each CTA per stage
 constexpr int kHalfB = kBStage / kCluster;              // values of half a w tile
-constexpr int kWordBytes = 8 * 256 * 16;                // pack_accumulators<T, true>'s words
+constexpr int kWordBytes = 8 * 256 * 16;                // pack_accumulators' words
 
 }  // namespace
 
@@ -81,6 +81,9 @@ __device__ __forceinline__ void matmul_pack_sm90(
   const unsigned ring = smem_address(smem);
   void* const words = reinterpret_cast<unsigned char*>(smem) + kStages * kStageBytes;
   const StageBarriers<kStages> bars{ring + kStages * kStageBytes + kWordBytes};
+  // This CTA's block of pair p: its first row, and its first column.
+  const auto row0 = [&](long long p) { return (p / col_blocks * kCluster + rank) * kBM; };
+  const auto col0 = [&](long long p) { return p % col_blocks * kBN; };
 
   // full: this CTA's producer; empty: every consumer warp of the cluster. The peer's
   // arrivals and multicasts must find initialised barriers.
@@ -91,11 +94,12 @@ __device__ __forceinline__ void matmul_pack_sm90(
     // The producer: lane 0 streams every k tile of the cluster's pairs through the ring (its
     // position g runs on across tiles, modulo 2 kStages): this CTA's x tile, and its half of
     // the w tile multicast into both CTAs. A stage is refilled once both CTAs released it.
+    // The launcher keeps M and N below 2^31, so the box coordinates fit the instruction's
+    // 32-bit operands.
     if (lane == 0) {
       int g = 0;
       for (long long p = first_pair; p < pairs; p += pair_step) {
-        const int m0 = static_cast<int>((p / col_blocks * kCluster + rank) * kBM);
-        const int n0 = static_cast<int>(p % col_blocks * kBN);
+        const int m0 = static_cast<int>(row0(p)), n0 = static_cast<int>(col0(p));
         for (int kt = 0; kt < k_tiles; ++kt, g = (g + 1) % (2 * kStages)) {
           const int s = g % kStages;
           mbarrier_wait(bars.empty(s), ((g / kStages) & 1) ^ 1);
@@ -122,13 +126,11 @@ __device__ __forceinline__ void matmul_pack_sm90(
           [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); }, release, first);
       if (k_tiles > 0) release(bars.empty((first + k_tiles - 1) % kStages));
       first = (first + k_tiles) % (2 * kStages);
-      const long long m0 = (p / col_blocks * kCluster + rank) * kBM;
-      if (m0 < n_rows)
-        pack_accumulators<T, true>(d, words, m0, p % col_blocks * kBN, n_rows, n_cols,
-                                   tile_width, slots, zero_fill != 0, totals, counts, data,
-                                   indices, spill_start, spill_indices, spill_data,
-                                   spill_capacity, spill_used, tid / 128, tid % 128 / kWarp,
-                                   lane);
+      if (row0(p) < n_rows)  // else a padding CTA past M
+        pack_accumulators<T>(d, words, row0(p), col0(p), n_rows, n_cols, tile_width, slots,
+                             zero_fill != 0, totals, counts, data, indices, spill_start,
+                             spill_indices, spill_data, spill_capacity, spill_used, tid / 128,
+                             tid % 128 / kWarp, lane);
     }
   }
   // No CTA leaves while its peer may still arrive on its barriers.
@@ -142,8 +144,8 @@ __device__ __forceinline__ void matmul_pack_sm90(
 // 2 * kStages * 8 (the mbarriers) + 1024 (alignment slack) bytes. The tensor maps come by
 // value as __grid_constant__ parameters.
 #define TWELL_MATMUL_PACK_SM90(name, T)                                                      \
-  extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                      \
-      __launch_bounds__(kSm90Threads, 1) name(                       \
+  extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                               \
+      __launch_bounds__(kSm90Threads, 1) name(                                              \
       const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,   \
       long long n_rows, long long n_cols, long long depth, int tile_width, int slots,       \
       int zero_fill, int* __restrict__ totals, int* __restrict__ counts,                    \

@@ -1,17 +1,13 @@
-// mbarrier.cuh: mbarriers in shared memory, as inline PTX for sm_90 (init, arrivals with or
-// without an expected transaction, parity waits): the stage ring of the Hopper fused GEMM ->
-// TwELL kernel (tma.cuh, matmul_pack_sm90.cu) and of the prototypes in benchmarks/prototypes.
+// mbarrier.cuh: mbarriers in shared memory and the cluster's pieces, as inline PTX for sm_90
+// (init, arrivals with an expected transaction or on a peer CTA's barrier, parity waits, the
+// CTA's rank, the cluster barrier): the stage ring of the Hopper fused GEMM -> TwELL kernel
+// (tma.cuh, matmul_pack_sm90.cu).
 #pragma once
 
 namespace twell {
 
 __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
-               : "memory");
 }
 
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
@@ -22,41 +18,21 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned
 }
 
 // One poll of the phase of parity `parity`: whether it has completed (a fresh barrier counts
-// the phase before its first as completed: parity 1 answers true at once). Acquire at cluster
-// scope when kClusterScope (the waited-for arrivals come released from the peer CTA).
-template <bool kClusterScope = false>
+// the phase before its first as completed: parity 1 answers true at once).
 __device__ __forceinline__ bool mbarrier_try_wait(unsigned bar, unsigned parity) {
   unsigned done;
-  if (kClusterScope) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
-        "%2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
   return done != 0;
 }
 
 // Until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
   while (!mbarrier_try_wait(bar, parity)) {
-  }
-}
-
-// mbarrier_wait for a prototype's first run: __trap() after 2^26 polls, so that a protocol
-// error shows as a launch error instead of a hang.
-template <bool kClusterScope>
-__device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned parity) {
-  for (unsigned polls = 0; !mbarrier_try_wait<kClusterScope>(bar, parity); ++polls) {
-    if (polls == (1u << 26)) __trap();
   }
 }
 

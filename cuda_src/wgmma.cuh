@@ -245,23 +245,23 @@ __device__ __forceinline__ void pack_quad_row(
 // 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
 // Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
 // mask of its non-zeros per row (bit 2 j + b; columns past N cleared); then pack_quad_row
-// packs each row from the quad's masks (benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py
-// checks the rank arithmetic). The non-zero test (bits & 0x7fff) is the same for bf16 and
-// fp16: relu leaves no negative value, and -0 is a zero.
+// packs each row from the quad's masks (the rank arithmetic's NumPy model is in git history,
+// benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py). The non-zero test
+// (bits & 0x7fff) is the same for bf16 and fp16: relu leaves no negative value, and -0 is a
+// zero.
 //
-// The words wait for their entries in `words` (64 KB of free shared memory: every wgmma of
-// the block is done with it), word group c (4 words: h = c / 8, j = 4 (c % 8) + e) of
-// consumer thread t as 16 bytes at (c * 256 + t) * 16: conflict-free 128-bit stores. In
-// registers they would not fit: 9 warps put 3 on one quarter of the register file, 168
-// registers a thread at most, and the 64 words spilled. kHalfWords: `words` is 32 KB (a
-// kernel that keeps its pipeline's stages busy meanwhile): the second row's 8 groups wait in
-// registers while the first row packs, then take the first row's place. A thread reads only
-// the words it wrote, so neither form needs a barrier.
+// The words wait for their entries in `words` (32 KB of shared memory past the pipeline's
+// ring, which already holds the next tile's loads), a row at a time: word group c (4 words:
+// j = 4 (c % 8) + e of row half h = c / 8) of consumer thread t as 16 bytes at
+// ((c % 8) * 256 + t) * 16, conflict-free 128-bit stores; the second row's 8 groups wait in
+// registers while the first row packs, then take its place. All 16 in registers would not
+// fit: 9 warps put 3 on one quarter of the register file, 168 registers a thread at most,
+// and the 64 words spilled. A thread reads only the words it wrote: no barrier.
 // Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
 // projection that epilogue costs about a quarter more than this one, whose time goes
 // mostly to rounding and masks, then counts, totals and zero fill, then the entries
 // (docs/design.rst, the fused GEMM).
-template <typename T, bool kHalfWords = false>
+template <typename T>
 __device__ __forceinline__ void pack_accumulators(
     const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
     long long n_cols, int tile_width, int slots, bool zero_fill, int* __restrict__ totals,
@@ -276,7 +276,7 @@ __device__ __forceinline__ void pack_accumulators(
   uint4* const groups = static_cast<uint4*>(words) + (wg * 128 + warp * kWarp + lane);
   // Both rows' words and masks first, so that the accumulators die before the packing.
   unsigned long long masks[2] = {0ull, 0ull};
-  uint4 later[kHalfWords ? 8 : 1];  // kHalfWords: the second row's groups
+  uint4 later[8];  // the second row's groups
 #pragma unroll
   for (int c = 0; c < 16; ++c) {
     const int h = c >> 3;
@@ -291,7 +291,7 @@ __device__ __forceinline__ void pack_accumulators(
                             static_cast<unsigned>((two & 0x7fff0000u) != 0u) << 1;
       masks[h] |= static_cast<unsigned long long>(bits) << (2 * j);
     }
-    if (kHalfWords && c >= 8) {
+    if (c >= 8) {
       later[c & 7] = make_uint4(four[0], four[1], four[2], four[3]);
     } else {
       groups[c * kConsumers] = make_uint4(four[0], four[1], four[2], four[3]);
@@ -299,16 +299,15 @@ __device__ __forceinline__ void pack_accumulators(
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (kHalfWords && h == 1) {
+    if (h == 1) {
 #pragma unroll
       for (int c = 0; c < 8; ++c) groups[c * kConsumers] = later[c];
     }
     const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
     // This thread's own word, stored above.
-    const auto value_of = [groups, h](int j, int b) {
+    const auto value_of = [groups](int j, int b) {
       const unsigned two =
-          reinterpret_cast<const unsigned*>(groups + ((kHalfWords ? 0 : 8 * h) + (j >> 2)) *
-                                                         kConsumers)[j & 3];
+          reinterpret_cast<const unsigned*>(groups + (j >> 2) * kConsumers)[j & 3];
       return from_bits<T>(static_cast<unsigned short>(two >> (16 * b)));
     };
     pack_quad_row<T>(masks[h] & valid, row, row < n_rows, span, slots, zero_fill, totals,

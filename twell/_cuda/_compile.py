@@ -296,16 +296,24 @@ class _LaunchConfig(ctypes.Structure):
                 ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
 
 
-@functools.cache
-def _occupancy_clusters():
-    for name in ("libcuda.so.1", "nvcuda.dll"):
+def driver_entry(name, argtypes):
+    """The CUDA driver's entry point ``name`` through ctypes (returning a CUresult), or None
+    where the driver library or the entry point is missing. CuPy wraps neither of the two
+    twell calls this way."""
+    for library in ("libcuda.so.1", "nvcuda.dll"):
         with contextlib.suppress(OSError, AttributeError):
-            fn = ctypes.CDLL(name).cuOccupancyMaxActiveClusters
-            fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
-                           ctypes.POINTER(_LaunchConfig)]
+            fn = getattr(ctypes.CDLL(library), name)
+            fn.argtypes = argtypes
             fn.restype = ctypes.c_int
             return fn
     return None
+
+
+@functools.cache
+def _occupancy_clusters():
+    return driver_entry("cuOccupancyMaxActiveClusters",
+                        [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                         ctypes.POINTER(_LaunchConfig)])
 
 
 def _max_active_clusters(function, threads, shared_mem, cluster):

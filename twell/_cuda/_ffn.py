@@ -118,14 +118,13 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
     kernel.max_dynamic_shared_size_bytes = smem
     bm, bn = _MATMUL_TILE
     counter = overflow_counter() if counter is None else counter
-    tiles = -(-m // bm) * -(-n // bn)
     if variant == "sm90":
         # Persistent clusters, as many as the device holds at once: a cluster launched after
         # the others would add its whole share of the tiles to the time.
         pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
         grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, smem))
-    else:
-        grid = tiles  # one 128 x 256 output tile a block, the column tiles of a row consecutive
+    else:  # one 128 x 256 output tile a block, the column tiles of a row consecutive
+        grid = -(-m // bm) * -(-n // bn)
     kernel((grid,), (_MATMUL_THREADS[variant],), (
         *operands, i64(m), i64(n), i64(k), i32(tile_width), i32(slots),
         i32(zero_fill), totals,

@@ -5,11 +5,12 @@ tensor map that :func:`tensor_map_2d` encodes on the host through the driver's
 ``cuTensorMapEncodeTiled`` (CuPy does not wrap it).
 """
 
-import contextlib
 import ctypes
 import functools
 
 import numpy as np
+
+from ._compile import driver_entry
 
 #: cuTensorMapEncodeTiled's enum values (cuda.h, CUDA 12): the element types by NumPy dtype
 #: name, no interleave, 128-byte swizzle, 256-byte L2 promotion, zeros for out-of-bounds
@@ -24,17 +25,12 @@ TENSOR_MAP_BYTES = 128
 def _encode_tiled():
     """The driver's ``cuTensorMapEncodeTiled`` through ctypes, or None where the driver library
     or the entry point (CUDA 12+) is missing."""
-    for name in ("libcuda.so.1", "nvcuda.dll"):
-        with contextlib.suppress(OSError, AttributeError):
-            fn = ctypes.CDLL(name).cuTensorMapEncodeTiled
-            u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p,
-                           ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u32),
-                           ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                           ctypes.c_int]
-            fn.restype = ctypes.c_int
-            return fn
-    return None
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    return driver_entry("cuTensorMapEncodeTiled",
+                        [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p,
+                         ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u32),
+                         ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                         ctypes.c_int])
 
 
 def tensor_maps_supported():
