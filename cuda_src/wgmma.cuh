@@ -236,6 +236,19 @@ __device__ __forceinline__ void pack_quad_row(
   }
 }
 
+// relu(lo), relu(hi) rounded to T and packed as two 16-bit words (lo in the low half): rounded
+// first, then one 16-bit max with zero that keeps NaN, for gemm::relu's two compares and
+// selects a value. The same words as rounding relu(v) but for zeros, which are never stored.
+template <typename T> __device__ unsigned relu_pack2(float lo, float hi);
+template <> __device__ __forceinline__ unsigned relu_pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __hmax2_nan(__floats2bfloat162_rn(lo, hi), __nv_bfloat162(0.0f, 0.0f));
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+template <> __device__ __forceinline__ unsigned relu_pack2<__half>(float lo, float hi) {
+  const __half2 v = __hmax2_nan(__floats2half2_rn(lo, hi), __half2(0.0f, 0.0f));
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
 // relu(acc) of this consumer thread's two rows packed into the TwELL arrays straight from the
 // accumulators, with pack_staged_block's contract (matmul_pack.cuh): the same slots, counts,
 // totals, spill reservations and spill entries, so the same bits after the launcher's move.
@@ -246,9 +259,9 @@ __device__ __forceinline__ void pack_quad_row(
 // Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
 // mask of its non-zeros per row (bit 2 j + b; columns past N cleared); then pack_quad_row
 // packs each row from the quad's masks (the rank arithmetic's NumPy model is in git history,
-// benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py). The non-zero test
-// (bits & 0x7fff) is the same for bf16 and fp16: relu leaves no negative value, and -0 is a
-// zero.
+// benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py). The non-zero test (the bits
+// without the sign) is the same for bf16 and fp16: relu leaves no negative value, and -0 is
+// a zero.
 //
 // The words wait for their entries in `words` (32 KB of shared memory past the pipeline's
 // ring, which already holds the next tile's loads), a row at a time: word group c (4 words:
@@ -284,11 +297,12 @@ __device__ __forceinline__ void pack_accumulators(
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 4 * (c & 7) + e;
-      const unsigned two = Mma<T>::pack2(gemm::relu(d[4 * j + 2 * h]),
-                                         gemm::relu(d[4 * j + 2 * h + 1]));
+      const unsigned two = relu_pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
       four[e] = two;
-      const unsigned bits = static_cast<unsigned>((two & 0x7fffu) != 0u) |
-                            static_cast<unsigned>((two & 0x7fff0000u) != 0u) << 1;
+      // Without its sign bit a half is below 0x8000: adding 0x7fff carries into its top bit
+      // exactly when it is not zero (-0 is a zero), and never out of it.
+      const unsigned t = (two & 0x7fff7fffu) + 0x7fff7fffu;
+      const unsigned bits = (t >> 15 & 1u) | (t >> 30 & 2u);
       masks[h] |= static_cast<unsigned long long>(bits) << (2 * j);
     }
     if (c >= 8) {
