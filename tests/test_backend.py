@@ -5,6 +5,7 @@ import ast
 import inspect
 import pathlib
 import re
+import types
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from helpers import BF16, F16, GPU_SKIP_REASON, gpu_test, run_python
 
 import twell
 from twell import _arrays, _contract, _numpy_backend
-from twell._cuda import _compile, _tma
+from twell._cuda import _compile, _policy, _tma
 
 
 def test_cuda_available_is_a_bool():
@@ -238,3 +239,22 @@ def test_tensor_map_names_the_shape_on_a_driver_error(monkeypatch):
             _tma.tensor_map_2d(_fake(0x1000, (5, 8)), 64, 128)
     finally:
         _tma._tensor_map.cache_clear()
+
+
+@pytest.mark.parametrize("dtype, slots, overflow, want", [
+    (np.float32, 5, 0, (1, 8)),    # the stencil: a thread per row
+    (np.float64, 5, 0, (1, 8)),
+    (np.float32, 11, 0, (8, 2)),   # the graph: teams of 8 lanes for 2- and 4-byte values
+    (BF16, 11, 0, (8, 2)),
+    (np.float64, 11, 0, (4, 2)),   # teams of 4 for float64
+    (np.float64, 4, 100, (4, 2)),  # room 4 + 100 / 10 rows: the overflow counts
+    (np.float32, 4, 40, (1, 8)),   # room 8: still a thread per row
+], ids=str)
+def test_one_tile_spmv_shape_follows_the_room_and_the_value_size(dtype, slots, overflow, want):
+    # The one-tile SpMV's (lanes, loads) from the arrays' shapes alone (no GPU needed), one of
+    # the compiled shapes.
+    parts = types.SimpleNamespace(data=np.empty((10, 1, slots), dtype=dtype),
+                                  overflow_indices=np.empty(overflow, dtype=np.int32))
+    got = _policy.one_tile_lanes(parts, 10)
+    assert got == want and got in _compile.SPMV_ONE_TILE_SHAPES
+

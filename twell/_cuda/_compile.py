@@ -90,8 +90,9 @@ SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), 
 SPMV_LANES = (1, 32)
 
 #: (G lanes per row, entries a lane reads at once) of the one-tile SpMV
-#: (``twell_spmv_one_tile``), chosen by the row's room (:func:`._policy.one_tile_lanes`).
-SPMV_ONE_TILE_SHAPES = ((1, 8), (8, 2))
+#: (``twell_spmv_one_tile``), chosen by the row's room and the values' size
+#: (:func:`._policy.one_tile_lanes`).
+SPMV_ONE_TILE_SHAPES = ((1, 8), (8, 2), (4, 2))
 
 #: Suffix of the module key of a source's instances for tiles wider than 65536 columns, whose
 #: columns within a tile are int (``indices`` int32); the narrow instances keep the default

@@ -197,9 +197,9 @@ def spmv_lanes(parts, m, tile_index=None):
     return _compile.SPMV_LANES[0] if room <= SPMV_THREAD_ROW_ENTRIES else _compile.SPMV_LANES[-1]
 
 
-#: Upper bounds of the room a row (:func:`row_room`) for each shape of
-#: ``_compile.SPMV_ONE_TILE_SHAPES`` but the last: see :func:`one_tile_lanes`.
-ONE_TILE_ROOM = (8,)
+#: Room of a row (:func:`row_room`) up to which the one-tile SpMV takes a thread per row:
+#: see :func:`one_tile_lanes`.
+ONE_TILE_ROOM = 8
 
 #: Overflow entries from which a row of the one-tile SpMV is a hub, summed by a block of its
 #: own (``twell_spmv_one_tile``'s first blocks) rather than by a team of lanes, so that a
@@ -213,16 +213,16 @@ SPMV_HUB_MIN = 256
 def one_tile_lanes(parts, m):
     """``(G, Loads)`` of the one-tile SpMV (``twell_spmv_one_tile``): G lanes per row, each
     reading Loads entries before their x values, from the row's room (slots plus an even share
-    of the overflow; no sync). Measured on an H100 (docs/design.rst, the SpMV): a thread per
-    row reading 8 entries at once on the Poisson stencil (room 5: 0.0230 ms in float32
-    against 0.0275 for 2 lanes and 0.035 for 4), 8 lanes reading 2 each on the power-law
-    graph (room 32; float32 at 32 registers: 0.160 ms at slots=8 against 0.164 for 8 lanes
-    reading 4, which spill there, and 0.162 for 4 lanes reading 8; 8 lanes against 4 or 16
-    in float64: 0.237 ms against 0.266 and 0.245)."""
-    room = row_room(parts, m)
-    shapes = _compile.SPMV_ONE_TILE_SHAPES
-    return next((s for bound, s in zip(ONE_TILE_ROOM, shapes[:-1], strict=True) if room <= bound),
-                shapes[-1])
+    of the overflow; no sync) and the values' size. Measured on an H100 (docs/design.rst, the
+    SpMV): a thread per row reading 8 entries at once on the Poisson stencil (room 5: 0.0230
+    ms in float32 against 0.0275 for 2 lanes and 0.035 for 4); on the power-law graph, 8 lanes
+    reading 2 each for 2- and 4-byte values (float32 at 32 registers: 0.160 ms at slots=8
+    against 0.164 for 8 lanes reading 4, which spill there, and 0.162 for 4 lanes reading 8),
+    4 lanes reading 2 for float64 (at 40 registers: 0.1825 ms at slots=8 against 0.1957 for
+    8 lanes, 0.188 against 0.195 at slots=12)."""
+    if row_room(parts, m) <= ONE_TILE_ROOM:
+        return _compile.SPMV_ONE_TILE_SHAPES[0]
+    return _compile.SPMV_ONE_TILE_SHAPES[2 if parts.data.dtype.itemsize == 8 else 1]
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):
