@@ -87,7 +87,8 @@ __global__ void twell_find_nonfinite(const T* __restrict__ values, long long n,
 //   v[i] = max(in[i] - minus, 0) when CLAMP (the entries of a (row, tile) pair past its slots)
 //   and in[i] otherwise. With starts (not null), also starts[r] = out[r * row_length] for
 //   r = 0 .. n / row_length (the row pointer of an n / row_length-row layout), so the caller
-//   needs no strided copy. One launch: a single-pass scan with decoupled look-back. Each block
+//   needs no strided copy, each at most starts_cap (a row pointer into an overflow of
+//   starts_cap entries, where the entries past it are not kept). One launch: a single-pass scan with decoupled look-back. Each block
 //   scans one tile of kScanTile items (a warp 512, 16 rows of 32 coalesced items); warp 0 then
 //   reads the status words of the tiles before it, 32 at a time, until it meets one whose
 //   inclusive prefix is known, and publishes its own. A status word holds its state in the two
@@ -134,7 +135,8 @@ template <typename In, bool CLAMP>
 __global__ void __launch_bounds__(kScanThreads)
 twell_exclusive_scan(const In* __restrict__ in, long long n, long long minus,
                      long long* __restrict__ out, long long row_length,
-                     long long* __restrict__ starts, unsigned long long* status) {
+                     long long* __restrict__ starts, long long starts_cap,
+                     unsigned long long* status) {
   __shared__ long long warp_sums[kScanThreads / kWarp];
   __shared__ long long tile_before;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -187,7 +189,9 @@ twell_exclusive_scan(const In* __restrict__ in, long long n, long long minus,
     if (i < n) {
       const long long end = base + incl[r];
       out[i + 1] = end;
-      if (starts != nullptr && (i + 1) % row_length == 0) starts[(i + 1) / row_length] = end;
+      if (starts != nullptr && (i + 1) % row_length == 0) {
+        starts[(i + 1) / row_length] = end < starts_cap ? end : starts_cap;
+      }
     }
   }
 }

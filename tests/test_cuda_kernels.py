@@ -634,6 +634,19 @@ def test_exclusive_scan_writes_row_starts(rng, rows, row_length):
     assert starts.size == rows + 1
 
 
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_exclusive_scan_clamps_row_starts_to_a_capacity(rng, share):
+    # The bounded pack's row pointer into an overflow that keeps `cap` entries: the offsets
+    # stay whole, the row starts stop at the capacity.
+    totals = rng.integers(0, 20, size=(500, 22)).astype(np.int32)
+    want = _scan_reference(totals, 6)
+    cap = int(want[-1] * share)
+    Backend("cupy").poison()
+    out, starts = _reduce.scan(cupy.asarray(totals), minus=6, rows=500, cap=cap)
+    np.testing.assert_array_equal(out.get(), want)
+    np.testing.assert_array_equal(starts.get(), np.minimum(want[::22], cap))
+
+
 def test_exclusive_scan_of_nothing():
     out, starts = _reduce.scan(cupy.zeros((4, 0), np.int32), minus=1, rows=4)
     assert out.get().tolist() == [0] and starts.get().tolist() == [0] * 5

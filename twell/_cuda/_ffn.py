@@ -177,6 +177,8 @@ def _matmul_pack(plan, x, w, tile_width, slots):
                             plan.spill_start, capacity, spill_indices, spill_data,
                             counter=counter)
         without = no_overflow(parts)  # made while the kernel runs
+        # Queued before the read: after it the GPU waits for each launch the host makes.
+        offset, row_starts = overflow_offsets(plan.totals, slots)
         hist, n_over = read_counts(both, plan.totals, tile_width)
         if n_over <= capacity:
             break
@@ -187,7 +189,6 @@ def _matmul_pack(plan, x, w, tile_width, slots):
     nnz = _layout.histogram_nnz(hist)
     if n_over == 0:
         return without, nnz
-    offset, row_starts = overflow_offsets(plan.totals, slots)
     parts = with_overflow(parts, row_starts, n_over)
     _spill_to_overflow(plan.totals, slots, plan.spill_start, spill_indices, spill_data, offset,
                        n_over, parts)
@@ -240,8 +241,7 @@ def matmul_pack_bounded(x, w, tile_width, slots):
     counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                                   plan.spill_start, capacity, plan.spill_indices,
                                   plan.spill_data)
-    offset, row_starts = overflow_offsets(plan.totals, slots)
-    cupy.minimum(row_starts, capacity, out=row_starts)
+    offset, row_starts = overflow_offsets(plan.totals, slots, capacity)
     parts = with_overflow(parts, row_starts, capacity)
     _spill_to_overflow(plan.totals, slots, plan.spill_start, plan.spill_indices,
                        plan.spill_data, offset, capacity, parts)

@@ -60,6 +60,8 @@ def nonfinite(b):
 
 #: Items per block of ``twell_exclusive_scan`` (reduce.cu: kScanThreads x kScanRows x 32).
 _SCAN_TILE = 4096
+#: ``starts_cap`` of twell_exclusive_scan for row pointers that are not clamped.
+_NO_CAP = np.iinfo(np.int64).max
 _SCAN_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 
@@ -69,7 +71,7 @@ def exclusive_scan(values):
     return scan(values)
 
 
-def scan(values, minus=None, rows=None):
+def scan(values, minus=None, rows=None, cap=None):
     """``[0, v0, v0 + v1, ...]`` of the flattened ``values`` (int64, one longer), in one
     launch of ``twell_exclusive_scan`` (a single-pass scan with decoupled look-back).
 
@@ -77,8 +79,9 @@ def scan(values, minus=None, rows=None):
     tile) pair past ``minus`` slots; ``values`` int32), ``values`` itself otherwise. With
     ``rows``, ``values`` holds ``rows`` equal rows and the result is ``(out, starts)``,
     ``starts = out[::values.size // rows]`` (``rows + 1`` entries: a row pointer) written by
-    the same launch. Sums must stay within +-2**61. ``cupy.cumsum`` dispatches CUB's two-pass
-    scan, an element-wise kernel and a temporary each call.
+    the same launch, each at most ``cap`` when it is given. Sums must stay within +-2**61.
+    ``cupy.cumsum`` dispatches CUB's two-pass scan, an element-wise kernel and a temporary
+    each call.
     """
     flat = cupy.ascontiguousarray(values).reshape(-1)
     if flat.dtype not in _SCAN_TYPES:
@@ -98,15 +101,16 @@ def scan(values, minus=None, rows=None):
             "reduce.cu", f"twell_exclusive_scan<{_SCAN_TYPES[flat.dtype]}, {clamp}>")
         kernel((tiles,), (_SCAN_THREADS,), (
             flat, i64(n), i64(minus or 0), out, i64(n // rows if rows else 1),
-            starts, status))
+            starts, i64(_NO_CAP if cap is None else cap), status))
     return out if rows is None else (out, starts)
 
 
-def overflow_offsets(totals, slots):
+def overflow_offsets(totals, slots, capacity=None):
     """``(offset, row_starts)``: the exclusive prefix sum of the per-pair overflow
     ``max(total - slots, 0)`` of the (M, n_tiles) ``totals`` (int64, M * n_tiles + 1) and
-    its value at each row's first pair (the overflow's row pointer, M + 1)."""
-    return scan(totals, minus=slots, rows=totals.shape[0])
+    its value at each row's first pair (the overflow's row pointer, M + 1), clamped to
+    ``capacity`` when given (an overflow that keeps at most ``capacity`` entries)."""
+    return scan(totals, minus=slots, rows=totals.shape[0], cap=capacity)
 
 
 def count_buffer(tile_width):
