@@ -221,23 +221,28 @@ def brute_padding(hist, slots):
     return sum(n * max(slots - c, 0) for c, n in enumerate(hist))
 
 
-def brute_one_tile_slots(hist, tile_width, shape, top):
+def brute_one_tile_slots(hist, tile_width, shape, top, itemsize=None):
     """On a layout of one tile as wide as the row (wider than 256): the largest count in
-    [1, top] whose padding is at most ONE_TILE_PADDING of the non-zeros, 1 if none is;
+    [1, top] whose padding is at most ONE_TILE_PADDING of the non-zeros, 1 if none is, and
+    (given ``itemsize``) whose values take at most ONE_TILE_SLOT_BYTES (at least 1);
     elsewhere ``top``."""
     if not (tile_width > 256 and -(-shape[1] // tile_width) == 1):
         return top
     nnz = sum(c * n for c, n in enumerate(hist))
     fitting = [s for s in range(1, top + 1)
                if brute_padding(hist, s) <= twell.ONE_TILE_PADDING * nnz]
-    return max(fitting, default=1)
+    best = max(fitting, default=1)
+    if itemsize is not None:
+        best = min(best, max(1, twell.ONE_TILE_SLOT_BYTES // itemsize))
+    return best
 
 
 def brute_budget_slots(hist, tile_width, shape, itemsize):
     """slots="auto": auto_slots's count, lowered by the one-tile rule, then to the largest
     whose storage takes at most STORAGE_BUDGET times the matrix's CSR bytes, or the one of
     fewest bytes if none does."""
-    top = brute_one_tile_slots(hist, tile_width, shape, brute_auto_slots(hist, tile_width))
+    top = brute_one_tile_slots(hist, tile_width, shape, brute_auto_slots(hist, tile_width),
+                               itemsize)
     nnz = sum(c * n for c, n in enumerate(hist))
     budget = _layout.STORAGE_BUDGET * (nnz * (itemsize + 4) + 4 * (shape[0] + 1))
     sizes = {s: brute_storage(hist, tile_width, shape, s, itemsize) for s in range(1, top + 1)}
@@ -290,6 +295,17 @@ def test_one_tile_auto_slots_known_values(hist, expected):
     rows = int(hist.sum())
     assert twell.auto_slots(hist, 2**20, shape=(rows, 10**6)) == expected
     assert twell.auto_slots(hist, 2**20, shape=(rows, 3 * 2**20)) == twell.auto_slots(hist, 2**20)
+
+
+@pytest.mark.parametrize(("itemsize", "expected"), [(2, 30), (4, 16), (8, 8), (16, 4)])
+def test_one_tile_auto_slots_hold_at_most_64_bytes_of_values(itemsize, expected):
+    # Rows of 25 to 35 entries (a graph Laplacian's middle): the padding rule takes 30, the
+    # byte cap 64 // itemsize where that is fewer; two tiles a row take neither rule.
+    hist = np.bincount(np.arange(25, 36), minlength=36) * 100
+    rows = int(hist.sum())
+    assert twell.auto_slots(hist, 2**20, shape=(rows, 10**6)) == 30
+    assert twell.auto_slots(hist, 2**20, shape=(rows, 10**6), itemsize=itemsize) == expected
+    assert twell.auto_slots(hist, 2**19, shape=(rows, 10**6), itemsize=itemsize) == 28
 
 
 @pytest.mark.parametrize(("shape", "nnz", "slots", "width"), [

@@ -53,6 +53,15 @@ AUTO_MAX_FACTOR = 4
 #: the SpMV runs 10% faster in float32 (docs/design.rst); the stencil keeps its 5.
 ONE_TILE_PADDING = 1 / 16
 
+#: ... and at most the slot count whose values take this many bytes (16 float32 slots, 8
+#: float64): the SpMV's team reads a row's slots in one round of loads and the rest of the row
+#: from the overflow, where more slots would give the long rows more rounds over their slots
+#: and every row more padding. On an H100 the Laplacian of that graph (rows of 12 or more
+#: entries, 30 at the median, where the padding rule takes 29) runs its SpMV 5% faster in
+#: float32 at 16 slots and 7% faster in float64 at 8; the graph keeps its 11 slots in float32
+#: and takes 8 in float64 (1.4% faster); the stencil keeps its 5 (docs/design.rst).
+ONE_TILE_SLOT_BYTES = 64
+
 #: Largest number of columns (overflow columns are stored as int32).
 MAX_COLUMNS = 2**31 - 1
 
@@ -171,12 +180,15 @@ def one_tile(shape, tile_width):
 
 
 def _shaped_slots(counts, nnz, slots, shape, tile_width, itemsize):
-    """``slots`` lowered by the rules that need the matrix's shape: the one-tile padding rule,
-    then (with ``itemsize``) the storage budget."""
+    """``slots`` lowered by the rules that need the matrix's shape: the one-tile padding rule
+    and (with ``itemsize``) the one-tile byte cap, then (with ``itemsize``) the storage
+    budget."""
     if shape is None:
         return slots
     if one_tile(shape, tile_width):
         slots = _one_tile_slots(counts, nnz, slots)
+        if itemsize is not None:
+            slots = min(slots, max(1, ONE_TILE_SLOT_BYTES // itemsize))
     if itemsize is not None:
         slots = _within_budget(counts, nnz, slots, shape, tile_width, itemsize)
     return slots
@@ -209,9 +221,10 @@ def auto_slots(tile_counts_histogram, tile_width, fraction=AUTO_OVERFLOW_FRACTIO
     but no more than ``max_factor`` times the count that 99% of the non-empty (row, tile)
     pairs fit in; with ``shape``, on a layout of one tile as wide as the row (``tile_width``
     above 256 and at least ``K``), lowered to the largest count whose padding is at most
-    :data:`ONE_TILE_PADDING` of the non-zeros; with ``shape`` and ``itemsize`` too, lowered
-    while the storage arrays would take more than :data:`STORAGE_BUDGET` times the matrix's
-    bytes in CSR (the choice of ``slots="auto"``, :func:`auto_choice`).
+    :data:`ONE_TILE_PADDING` of the non-zeros; with ``shape`` and ``itemsize`` too, on such a
+    layout to at most :data:`ONE_TILE_SLOT_BYTES` of values a row, then lowered while the
+    storage arrays would take more than :data:`STORAGE_BUDGET` times the matrix's bytes in
+    CSR (the choice of ``slots="auto"``, :func:`auto_choice`).
 
     The cap matters only where a few pairs hold far more entries than the rest (the hubs
     of a power-law graph): the fraction alone would give every pair the room of those few,
@@ -361,7 +374,8 @@ def auto_choice(tile_counts_histogram, tile_width, shape=None, itemsize=None):
     slot count, the overflow it leaves and the entries counted.
 
     The slot count is :func:`auto_slots`'s, lowered on a one-tile layout to the largest
-    count whose padding is at most :data:`ONE_TILE_PADDING` of the non-zeros, then while the
+    count whose padding is at most :data:`ONE_TILE_PADDING` of the non-zeros and to at most
+    :data:`ONE_TILE_SLOT_BYTES` of values a row, then while the
     storage arrays would take more than :data:`STORAGE_BUDGET` times the bytes of the same
     matrix in CSR (given ``shape`` and ``itemsize``): fewer slots move entries to the
     overflow, which costs 4 bytes of column and the value each, where a slot costs its bytes
