@@ -88,13 +88,14 @@ __global__ void twell_find_nonfinite(const T* __restrict__ values, long long n,
 //   and in[i] otherwise. With starts (not null), also starts[r] = out[r * row_length] for
 //   r = 0 .. n / row_length (the row pointer of an n / row_length-row layout), so the caller
 //   needs no strided copy, each at most starts_cap (a row pointer into an overflow of
-//   starts_cap entries, where the entries past it are not kept). One launch: a single-pass scan with decoupled look-back. Each block
-//   scans one tile of kScanTile items (a warp 512, 16 rows of 32 coalesced items); warp 0 then
-//   reads the status words of the tiles before it, 32 at a time, until it meets one whose
-//   inclusive prefix is known, and publishes its own. A status word holds its state in the two
-//   high bits and a sum modulo 2^62 in the others, so one 64-bit store publishes both; sums
-//   must stay within +-2^61. ``status`` is one zeroed word per tile. Tiles follow blockIdx.x:
-//   a block waits only on blocks launched before it (CUB's scan relies on the same order).
+//   starts_cap entries, where the entries past it are not kept). One launch: a single-pass
+//   scan with decoupled look-back. Each block scans one tile of kScanTile items (a warp 512,
+//   16 rows of 32 coalesced items); warp 0 then reads the status words of the tiles before
+//   it, 32 at a time, until it meets one whose inclusive prefix is known, and publishes its
+//   own. A status word holds its state in the two high bits and a sum modulo 2^62 in the
+//   others, so one 64-bit store publishes both; sums must stay within +-2^61. ``status`` is
+//   one zeroed word per tile. Tiles follow blockIdx.x: a block waits only on blocks launched
+//   before it (CUB's scan relies on the same order).
 namespace twell {
 
 constexpr int kScanThreads = 256;

@@ -218,8 +218,8 @@ def one_tile_lanes(parts, m):
     ms in float32 against 0.0275 for 2 lanes and 0.035 for 4); on the power-law graph, 8 lanes
     reading 2 each for 2- and 4-byte values (float32 at 32 registers: 0.160 ms at slots=8
     against 0.164 for 8 lanes reading 4, which spill there, and 0.162 for 4 lanes reading 8),
-    4 lanes reading 2 for float64 (at 40 registers: 0.1825 ms at slots=8 against 0.1957 for
-    8 lanes, 0.188 against 0.195 at slots=12)."""
+    4 lanes reading 2 for float64 (at 40 registers, one run: 0.1854 ms at slots=11 against
+    0.1956 for 8 lanes, 0.1818 against 0.1957 at slots=8)."""
     if row_room(parts, m) <= ONE_TILE_ROOM:
         return _compile.SPMV_ONE_TILE_SHAPES[0]
     return _compile.SPMV_ONE_TILE_SHAPES[2 if parts.data.dtype.itemsize == 8 else 1]
