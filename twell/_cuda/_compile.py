@@ -153,7 +153,6 @@ INSTANCES = {
                + [f"twell_ffn_fixup<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
                   for v in (1, vector_width(d))]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16"],
-    "spmv_panels_sm90.cu": [f"twell_spmv_panels_{n}" for n in ("f64", "f32", "f16", "bf16")],
 }
 #: The instances for wide tiles (:data:`WIDE`): those of the narrow table whose kernel reads or
 #: writes ``indices``, but the dense pack's staged shapes (a wide tile takes one pair per warp)
@@ -166,7 +165,7 @@ INSTANCES.update({
 
 #: Sources for one architecture: name -> (NVRTC/nvcc ``-arch``, the device's compute
 #: capability as CuPy writes it). Their kernels are ``extern "C"`` (no name expressions).
-ARCH_SOURCES = {"matmul_pack_sm90.cu": ("sm_90a", "90"), "spmv_panels_sm90.cu": ("sm_90a", "90")}
+ARCH_SOURCES = {"matmul_pack_sm90.cu": ("sm_90a", "90")}
 
 #: nvcc/NVRTC options shared by the loader and the CI compile. No flush-to-zero: subnormals
 #: are values like any other (and non-zeros). But CuPy appends ``-ftz=true`` to the options of

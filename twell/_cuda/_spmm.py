@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import _layout
 from .._dtypes import accumulator_dtype
-from . import _compile, _panels, _policy
+from . import _compile, _policy
 from ._launch import BLOCK, aligned, blocks, i32, i64, indexed, instance, instance_n, vector_for
 from ._reduce import nonfinite
 from ._unpack import to_dense
@@ -146,8 +146,7 @@ def spmv(parts, shape, tile_width, dtype, tile_index=None):
     if tile_index is not None and (wide or not _policy.index_pays(parts, m, tile_index)):
         tile_index = None
     if parts.data.shape[1] == 1:
-        plan = _panels.plan_for(parts, shape, tile_width)
-        return plan if plan is not None else _one_tile_spmv(parts, m, dtype)
+        return _one_tile_spmv(parts, m, dtype)
     common = _common_args(parts, shape, tile_width)
     if _policy.spmv_lanes(parts, m, tile_index) == 1:  # a thread per row (kSpmvBlock)
         expr, extra = _listed_args(instance("twell_spmv_thread_rows", dtype), parts, tile_index)
