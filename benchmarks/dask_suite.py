@@ -53,6 +53,7 @@ import platform
 import statistics
 import sys
 import time
+import uuid
 
 import numpy as np
 from arrays import DTYPES, cast
@@ -241,11 +242,15 @@ def csr_matrix(w, n_blocks, on_gpu):
 
 
 def csr_product(A, B, n, on_gpu):
-    """``A @ B`` block by block for CSR blocks ``A`` and ``B`` of one block."""
+    """``A @ B`` block by block for CSR blocks ``A`` and ``B`` of one block, under a new name
+    at each call, as twell.dask's products are: map_blocks names its tasks by their inputs,
+    and a repeated product whose result is still held by the cluster would return it without
+    computing anything (the timed reps run while the warm-up's result is alive)."""
     import dask.array as da
 
     return da.map_blocks(_block_product, A, B, chunks=(A.chunks[0], (n,)), dtype=B.dtype,
-                         meta=_xp(on_gpu).empty((0, 0), dtype=B.dtype))
+                         meta=_xp(on_gpu).empty((0, 0), dtype=B.dtype),
+                         name=f"csr-product-{uuid.uuid4().hex}")
 
 
 def run_cluster(w, dtype, workers, reference, *, weak=False, fault=False):
