@@ -348,3 +348,25 @@ def test_cupy_blocks(gpu, rng):
     host = A.get()
     assert host.device == "cpu"
     np.testing.assert_array_equal(host.to_dask_array().compute(), x)
+
+
+def test_benchmark_csr_contender_is_named_afresh(rng):
+    """The Dask benchmark's CSR product is a new graph at each call, as twell.dask's is: named
+    by its inputs alone, a timed rep would get back the result the cluster still holds
+    without computing it."""
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import dask_suite
+    finally:
+        sys.path.pop(0)
+    w = {"m": 60, "k": 20, "n": 3, "density": 0.2}
+    dense = dask_suite.dask_matrix(w, 3, on_gpu=False)
+    a = dask_suite.csr_matrix(w, 3, on_gpu=False)
+    b = da.from_array(rng.standard_normal((20, 3)).astype(np.float32), chunks=(20, 3))
+    first, second = (dask_suite.csr_product(a, b, 3, on_gpu=False) for _ in range(2))
+    assert first.name != second.name
+    want = dense.compute().astype(np.float64) @ b.compute().astype(np.float64)
+    np.testing.assert_allclose(second.compute(), want, rtol=1e-5, atol=1e-5)
