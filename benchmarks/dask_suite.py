@@ -301,16 +301,21 @@ def _cluster_records(client, w, dtype, workers, reference, weak, fault, on_gpu, 
         wait(futures_of(A.to_delayed()))
         return A
 
+    _log(f"{name}: packing A ({workers * w['blocks_per_gpu']} blocks of {w['m']} rows in all)")
     A = twell_matrix(w)
+    _log(f"{name}: A packed; timing A @ B")
     median, times, y = timed(product_step(lambda: A @ B), w["reps"])
     product = host_result(y)
     del y
     if reference is None:
         reference = product
     records.append(_record(name, workers, A, median, times, rel_err(product, reference)))
+    _log(f"{name}: {median:.4f} s")
     del product
     if fault:
+        _log(f"fault-{workers}: killing a worker mid-product")
         records.append(_fault_record(client, A, B, workers, reference))
+        _log(f"fault-{workers}: {records[-1].get('outcome')}")
     del A  # the contender's blocks take its place on the GPUs
     if np.dtype(dtype) in (np.float32, np.float64):
         C = csr_matrix(w, workers * w["blocks_per_gpu"], on_gpu).persist()
@@ -320,16 +325,29 @@ def _cluster_records(client, w, dtype, workers, reference, weak, fault, on_gpu, 
         records.append({"config": f"{name} csr", "workers": workers, "blocks": C.numblocks[0],
                         "seconds": median, "times": times,
                         "rel_err_vs_single": rel_err(host_result(y), reference)})
+        _log(f"{name} csr: {median:.4f} s")
         del C, y
     if weak:
         big = {**w, "m": w["m"] * workers}
+        _log(f"weak-{workers}: packing A ({big['m']} rows)")
         A = twell_matrix(big)
         median, times, y = timed(product_step(lambda: A @ B), w["reps"])
         first = host_result(y[:w["m"]])
         records.append(_record(f"weak-{workers}", workers, A, median, times,
                                rel_err(first, reference)))
         records[-1]["weak"] = True
+        _log(f"weak-{workers}: {median:.4f} s")
     return records, reference
+
+
+def _log(message):
+    """A progress line on stderr with the seconds since the suite began: a run cut short by
+    a time limit still tells which step took the time."""
+    print(f"[{time.perf_counter() - _STARTED[0]:8.1f} s] {message}", file=sys.stderr,
+          flush=True)
+
+
+_STARTED = [time.perf_counter()]
 
 
 def _fault_record(client, A, B, workers, reference):
@@ -527,6 +545,7 @@ def run_processes(w, dtype, reference, weak, fault):
 
 def run(args, card=None):
     """Run the Dask suite; write its JSON and table to ``args.out``; return the document."""
+    _STARTED[0] = time.perf_counter()
     on_gpu = not args.cpu_dry_run
     device_bytes = _device_bytes() if on_gpu else None
     w = workload(args, device_bytes)
