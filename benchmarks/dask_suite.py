@@ -343,11 +343,10 @@ def _cluster_records(client, w, dtype, workers, reference, weak, fault, on_gpu, 
 def _log(message):
     """A progress line on stderr with the seconds since the suite began: a run cut short by
     a time limit still tells which step took the time."""
-    print(f"[{time.perf_counter() - _STARTED[0]:8.1f} s] {message}", file=sys.stderr,
-          flush=True)
+    print(f"[{time.perf_counter() - _started:8.1f} s] {message}", file=sys.stderr, flush=True)
 
 
-_STARTED = [time.perf_counter()]
+_started = time.perf_counter()  # reset by run()
 
 
 def _fault_record(client, A, B, workers, reference):
@@ -545,7 +544,8 @@ def run_processes(w, dtype, reference, weak, fault):
 
 def run(args, card=None):
     """Run the Dask suite; write its JSON and table to ``args.out``; return the document."""
-    _STARTED[0] = time.perf_counter()
+    global _started
+    _started = time.perf_counter()
     on_gpu = not args.cpu_dry_run
     device_bytes = _device_bytes() if on_gpu else None
     w = workload(args, device_bytes)
