@@ -249,6 +249,10 @@ def test_tensor_map_names_the_shape_on_a_driver_error(monkeypatch):
     (np.float64, 11, 0, (4, 2)),   # teams of 4 for float64
     (np.float64, 4, 100, (4, 2)),  # room 4 + 100 / 10 rows: the overflow counts
     (np.float32, 4, 40, (1, 8)),   # room 8: still a thread per row
+    (np.float32, 16, 180, (16, 2)),  # room 34 (the graph's Laplacian): teams twice as wide
+    (BF16, 16, 80, (16, 2)),         # room 24: just wide
+    (np.float32, 16, 79, (8, 2)),    # room 23.9: not yet
+    (np.float64, 8, 260, (8, 2)),    # room 34 in float64: teams of 8
 ], ids=str)
 def test_one_tile_spmv_shape_follows_the_room_and_the_value_size(dtype, slots, overflow, want):
     # The one-tile SpMV's (lanes, loads) from the arrays' shapes alone (no GPU needed), one of

@@ -92,7 +92,7 @@ SPMV_LANES = (1, 32)
 #: (G lanes per row, entries a lane reads at once) of the one-tile SpMV
 #: (``twell_spmv_one_tile``), chosen by the row's room and the values' size
 #: (:func:`._policy.one_tile_lanes`).
-SPMV_ONE_TILE_SHAPES = ((1, 8), (8, 2), (4, 2))
+SPMV_ONE_TILE_SHAPES = ((1, 8), (4, 2), (8, 2), (16, 2))
 
 #: Suffix of the module key of a source's instances for tiles wider than 65536 columns, whose
 #: columns within a tile are int (``indices`` int32); the narrow instances keep the default

@@ -201,6 +201,11 @@ def spmv_lanes(parts, m, tile_index=None):
 #: see :func:`one_tile_lanes`.
 ONE_TILE_ROOM = 8
 
+#: Room of a row from which the one-tile SpMV's teams are twice as wide (16 lanes for 2- and
+#: 4-byte values, 8 for float64): between the power-law graph's rows (room about 17), where
+#: the narrower teams are faster, and its Laplacian's (about 34), where the wider are.
+ONE_TILE_WIDE_ROOM = 24
+
 #: Overflow entries from which a row of the one-tile SpMV is a hub, summed by a block of its
 #: own (``twell_spmv_one_tile``'s first blocks) rather than by a team of lanes, so that a
 #: power-law graph's longest rows (8,000 to 25,000 entries in a Pareto(2) graph of 10^6 rows)
@@ -213,16 +218,23 @@ SPMV_HUB_MIN = 256
 def one_tile_lanes(parts, m):
     """``(G, Loads)`` of the one-tile SpMV (``twell_spmv_one_tile``): G lanes per row, each
     reading Loads entries before their x values, from the row's room (slots plus an even share
-    of the overflow; no sync) and the values' size. Measured on an H100 (docs/design.rst, the
-    SpMV): a thread per row reading 8 entries at once on the Poisson stencil (room 5: 0.0230
-    ms in float32 against 0.0275 for 2 lanes and 0.035 for 4); on the power-law graph, 8 lanes
-    reading 2 each for 2- and 4-byte values (float32 at 32 registers: 0.160 ms at slots=8
-    against 0.164 for 8 lanes reading 4, which spill there, and 0.162 for 4 lanes reading 8),
-    4 lanes reading 2 for float64 (at 40 registers, one run: 0.1854 ms at slots=11 against
-    0.1956 for 8 lanes, 0.1818 against 0.1957 at slots=8)."""
-    if row_room(parts, m) <= ONE_TILE_ROOM:
+    of the overflow; no sync) and the values' size: a thread per row up to
+    :data:`ONE_TILE_ROOM`, else teams of 8 lanes reading 2 entries each for 2- and 4-byte
+    values and of 4 for float64, twice as wide from :data:`ONE_TILE_WIDE_ROOM`.
+
+    Measured on an H100 (docs/design.rst, the SpMV; one run, every shape on the same
+    matrices): a thread per row reading 8 entries at once on the Poisson stencil (room 5:
+    0.0230 ms in float32 against 0.0275 for 2 lanes and 0.035 for 4); on the power-law graph
+    (room about 17) 8 lanes for float32 (0.1611 ms at 8 slots against 0.1639 for 4 and 0.2154
+    for 16) and 4 for float64 (0.1814 against 0.1950 for 8); on its Laplacian (room about 34)
+    16 lanes for float32 (0.2991 ms at its 16 slots against 0.3045 for 8) and 8 for float64
+    (0.3299 at its 8 slots against 0.3610 for 4). Reading 1 or 4 entries a lane was slower in
+    every case but the stencil's."""
+    room = row_room(parts, m)
+    if room <= ONE_TILE_ROOM:
         return _compile.SPMV_ONE_TILE_SHAPES[0]
-    return _compile.SPMV_ONE_TILE_SHAPES[2 if parts.data.dtype.itemsize == 8 else 1]
+    lanes = 4 if parts.data.dtype.itemsize == 8 else 8
+    return (2 * lanes if room >= ONE_TILE_WIDE_ROOM else lanes), 2
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):
