@@ -259,31 +259,6 @@ template <> __device__ __forceinline__ unsigned relu_pack2<__half>(float lo, flo
   return *reinterpret_cast<const unsigned*>(&v);
 }
 
-// relu(acc) of this consumer thread's two rows packed into the TwELL arrays straight from the
-// accumulators, with pack_staged_block's contract (matmul_pack.cuh): the same slots, counts,
-// totals, spill reservations and spill entries, so the same bits after the launcher's move.
-//
-// Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): lane l of warp `warp` of
-// warpgroup wg holds in d[4 j + 2 h + b] row 64 wg + 16 warp + l / 4 + 8 h, column
-// 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
-// Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
-// mask of its non-zeros per row (bit 2 j + b; columns past N cleared); then pack_quad_row
-// packs each row from the quad's masks (the rank arithmetic's NumPy model is in git history,
-// benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py). The non-zero test (the bits
-// without the sign) is the same for bf16 and fp16: relu leaves no negative value, and -0 is
-// a zero.
-//
-// The words wait for their entries in `words` (32 KB of shared memory past the pipeline's
-// ring, which already holds the next tile's loads), a row at a time: word group c (4 words:
-// j = 4 (c % 8) + e of row half h = c / 8) of consumer thread t as 16 bytes at
-// ((c % 8) * 256 + t) * 16, conflict-free 128-bit stores; the second row's 8 groups wait in
-// registers while the first row packs, then take its place. All 16 in registers would not
-// fit: 9 warps put 3 on one quarter of the register file, 168 registers a thread at most,
-// and the 64 words spilled. A thread reads only the words it wrote: no barrier.
-// Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
-// projection that epilogue costs about a quarter more than this one, whose time goes
-// mostly to rounding and masks, then counts, totals and zero fill, then the entries
-// (docs/design.rst, the fused GEMM).
 // The non-zero bits of a word of two T (columns 8 j + 2 q + {0, 1}) at bits j % 16 and
 // 16 + j % 16, to be or-ed into flags[h][j / 16] (see pack_words). Without its sign bit a half
 // is below 0x8000: adding 0x7fff carries into its top bit exactly when it is not zero (-0 is
@@ -367,6 +342,31 @@ __device__ __forceinline__ void pack_words(
   }
 }
 
+// relu(acc) of this consumer thread's two rows packed into the TwELL arrays straight from the
+// accumulators, with pack_staged_block's contract (matmul_pack.cuh): the same slots, counts,
+// totals, spill reservations and spill entries, so the same bits after the launcher's move.
+//
+// Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): lane l of warp `warp` of
+// warpgroup wg holds in d[4 j + 2 h + b] row 64 wg + 16 warp + l / 4 + 8 h, column
+// 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
+// Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
+// mask of its non-zeros per row (bit 2 j + b; columns past N cleared); then pack_quad_row
+// packs each row from the quad's masks (the rank arithmetic's NumPy model is in git history,
+// benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py). The non-zero test (the bits
+// without the sign) is the same for bf16 and fp16: relu leaves no negative value, and -0 is
+// a zero.
+//
+// The words wait for their entries in `words` (32 KB of shared memory past the pipeline's
+// ring, which already holds the next tile's loads), a row at a time: word group c (4 words:
+// j = 4 (c % 8) + e of row half h = c / 8) of consumer thread t as 16 bytes at
+// ((c % 8) * 256 + t) * 16, conflict-free 128-bit stores; the second row's 8 groups wait in
+// registers while the first row packs, then take its place. All 16 in registers would not
+// fit: 9 warps put 3 on one quarter of the register file, 168 registers a thread at most,
+// and the 64 words spilled. A thread reads only the words it wrote: no barrier.
+// Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
+// projection that epilogue costs about a quarter more than this one, whose time goes
+// mostly to rounding and masks, then counts, totals and zero fill, then the entries
+// (docs/design.rst, the fused GEMM). The packing itself is pack_words, above.
 template <typename T>
 __device__ __forceinline__ void pack_accumulators(
     const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
