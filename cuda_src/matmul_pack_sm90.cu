@@ -102,9 +102,11 @@ __device__ __forceinline__ void matmul_pack_sm90(
   if (warp_id >= kConsumerWarps) {
     if constexpr (Gated)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    // The producer: lane 0 of the first warp streams every k tile of the cluster's pairs through the ring (its
-    // position g runs on across tiles, modulo 2 kStages): this CTA's x tile, and its half of
-    // the w tile multicast into both CTAs. A stage is refilled once both CTAs released it.
+    // The producer: lane 0 of the first warp streams every k tile of the cluster's pairs
+    // through the ring (its position g runs on across tiles, modulo 2 kStages): this CTA's
+    // x tile, and its half of the w tile multicast into both CTAs (gated: the gate's k
+    // tiles of a pair, then the up projection's). A stage is refilled once both CTAs
+    // released it.
     // The launcher keeps M and N below 2^31, so the box coordinates fit the instruction's
     // 32-bit operands.
     if (warp_id == kConsumerWarps && lane == 0) {
@@ -191,9 +193,9 @@ __device__ __forceinline__ void matmul_pack_sm90(
   }
 
 // The gated layer's hidden values relu(x @ w_gate^T) * (x @ w_up^T) at the gate's non-zeros,
-// packed as twell_matmul_pack_sm90_* packs relu(x @ w^T) (the same grid, threads and shared
-// memory, 384 threads; tmap_u is w_up's map, as tmap_w is w_gate's): each pair's gate k tiles, then its up
-// k tiles, through the one ring; the gate's accumulators wait rounded in 64 registers.
+// packed as twell_matmul_pack_sm90_* packs relu(x @ w^T) (the same grid and shared memory,
+// 384 threads; tmap_u is w_up's map, as tmap_w is w_gate's): each pair's gate k tiles, then
+// its up k tiles, through the one ring; the gate's accumulators wait rounded in 64 registers.
 #define TWELL_GATED_PACK_SM90(name, T)                                                       \
   extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                               \
       __launch_bounds__(kGatedThreads, 1) name(                                              \

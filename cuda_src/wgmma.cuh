@@ -271,11 +271,11 @@ __device__ __forceinline__ unsigned flag_bits(unsigned two, int j) {
 
 // pack_accumulators' packing from a function of (j, h): the pair of T words (value, flag)
 // of columns 8 j + 2 q + {0, 1} of row half h, `value` the two values to store and `flag`
-// the two whose non-zero bits say which are entries; with Given, the flags are `given`
-// (flag_bits of every flag word, or-ed as below) and words_of's flag word is not read.
-template <typename T, bool Given = false, typename WordsOf>
+// the two whose non-zero bits say which are entries, or-ed into `known` (flags gathered
+// beforehand, as flag_bits gathers them; a flag word 0 adds none).
+template <typename T, typename WordsOf>
 __device__ __forceinline__ void pack_words(
-    WordsOf words_of, const unsigned (&given)[2][2], void* words, long long m0, long long n0,
+    WordsOf words_of, const unsigned (&known)[2][2], void* words, long long m0, long long n0,
     long long n_rows,
     long long n_cols, int tile_width, int slots, bool zero_fill, int* __restrict__ totals,
     int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
@@ -291,14 +291,7 @@ __device__ __forceinline__ void pack_words(
   // The non-zero bits of row half h, chunks j of one half word each: flags[h][j / 16] holds
   // column 8 j + 2 q + b at bit 16 b + j % 16, one shift and one and-or a word; the masks'
   // order (bit 2 j + b) comes from one interleave per 32 bits after the loop.
-  unsigned flags[2][2] = {{0u, 0u}, {0u, 0u}};
-  if constexpr (Given) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      flags[h][0] = given[h][0];
-      flags[h][1] = given[h][1];
-    }
-  }
+  unsigned flags[2][2] = {{known[0][0], known[0][1]}, {known[1][0], known[1][1]}};
   uint4 later[8];  // the second row's groups
 #pragma unroll
   for (int c = 0; c < 16; ++c) {
@@ -309,7 +302,7 @@ __device__ __forceinline__ void pack_words(
       const int j = 4 * (c & 7) + e;
       const uint2 two = words_of(j, h);
       four[e] = two.x;
-      if constexpr (!Given) flags[h][j >> 4] |= flag_bits(two.y, j);
+      flags[h][j >> 4] |= flag_bits(two.y, j);
     }
     if (c >= 8) {
       later[c & 7] = make_uint4(four[0], four[1], four[2], four[3]);
@@ -411,7 +404,8 @@ template <> __device__ __forceinline__ unsigned times_pack2<__nv_bfloat16>(unsig
                                                                            float lo, float hi) {
   // A bfloat16 is the top half of the float of the same value.
   const __nv_bfloat162 v =
-      __floats2bfloat162_rn(__uint_as_float(two << 16) * lo, __uint_as_float(two & 0xffff0000u) * hi);
+      __floats2bfloat162_rn(__uint_as_float(two << 16) * lo,
+                            __uint_as_float(two & 0xffff0000u) * hi);
   return *reinterpret_cast<const unsigned*>(&v);
 }
 template <> __device__ __forceinline__ unsigned times_pack2<__half>(unsigned two, float lo,
@@ -440,10 +434,10 @@ __device__ __forceinline__ void pack_gated_accumulators(
     for (int h = 0; h < 2; ++h)
       gate[2 * j + h] = times_pack2<T>(gate[2 * j + h], d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   }
-  pack_words<T, true>([&gate](int j, int h) { return make_uint2(gate[2 * j + h], 0u); }, flags,
-                      words, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill, totals,
-                      counts, data, indices, spill_start, spill_indices, spill_data,
-                      spill_capacity, spill_used, wg, warp, lane);
+  pack_words<T>([&gate](int j, int h) { return make_uint2(gate[2 * j + h], 0u); }, flags,
+                words, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill, totals, counts,
+                data, indices, spill_start, spill_indices, spill_data, spill_capacity,
+                spill_used, wg, warp, lane);
 }
 
 }  // namespace twell
