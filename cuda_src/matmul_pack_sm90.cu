@@ -51,6 +51,12 @@ constexpr int kCluster = 2;                             // CTAs sharing a w tile
 constexpr int kConsumerThreads = 256;                   // 2 warpgroups
 constexpr int kConsumerWarps = kConsumerThreads / kWarp;
 constexpr int kSm90Threads = kConsumerThreads + kWarp;  // + the producer warp
+// The gated kernel: the producer's warp in a warpgroup of its own, which gives its registers
+// to the consumers (setmaxnreg is per warpgroup): the gate's 64 words stay in registers
+// through the up projection's k loop, 232 a consumer thread (9 warps allow 168).
+constexpr int kGatedThreads = kConsumerThreads + 128;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(2 * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536, "one register file");
 constexpr int kStageBytes = (kAStage + kBStage) * 2;    // 48 KB land in each CTA per stage
 constexpr int kHalfB = kBStage / kCluster;              // values of half a w tile
 constexpr int kWordBytes = 8 * 256 * 16;                // pack_accumulators' words
@@ -62,9 +68,10 @@ constexpr int kWordBytes = 8 * 256 * 16;                // pack_accumulators' wo
 // boxes of 64 x 128; w: (N, K) boxes of 64 x 128, half a w tile; both 128-byte swizzle, zero
 // fill). Persistent clusters of 2 CTAs: cluster c computes the tile pairs c, c + clusters,
 // ... (pair p: row blocks 2 (p / col_blocks) + rank of column block p % col_blocks).
-template <typename T>
+template <typename T, bool Gated = false>
 __device__ __forceinline__ void matmul_pack_sm90(
-    const TensorMap& tmap_x, const TensorMap& tmap_w, long long n_rows, long long n_cols,
+    const TensorMap& tmap_x, const TensorMap& tmap_w, const TensorMap& tmap_u, long long n_rows,
+    long long n_cols,
     long long depth, int tile_width, int slots, int zero_fill, int* __restrict__ totals,
     int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
     long long* __restrict__ spill_start, int* __restrict__ spill_indices,
@@ -77,6 +84,8 @@ __device__ __forceinline__ void matmul_pack_sm90(
   const long long pairs = row_pairs * col_blocks;
   const long long first_pair = cluster_id(), pair_step = cluster_count();
   const int k_tiles = static_cast<int>((depth + kBK - 1) / kBK);
+  // Gated: the gate's k tiles, then the up projection's, through the same ring.
+  const int pair_tiles = Gated ? 2 * k_tiles : k_tiles;
   T* const smem = aligned_smem<T>();
   const unsigned ring = smem_address(smem);
   void* const words = reinterpret_cast<unsigned char*>(smem) + kStages * kStageBytes;
@@ -90,47 +99,72 @@ __device__ __forceinline__ void matmul_pack_sm90(
   if (tid == 0) bars.init(1, kCluster * kConsumerWarps);
   cluster_sync();
 
-  if (warp_id == kConsumerWarps) {
-    // The producer: lane 0 streams every k tile of the cluster's pairs through the ring (its
-    // position g runs on across tiles, modulo 2 kStages): this CTA's x tile, and its half of
-    // the w tile multicast into both CTAs. A stage is refilled once both CTAs released it.
+  if (warp_id >= kConsumerWarps) {
+    if constexpr (Gated)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    // The producer: lane 0 of the first warp streams every k tile of the cluster's pairs
+    // through the ring (its position g runs on across tiles, modulo 2 kStages): this CTA's
+    // x tile, and its half of the w tile multicast into both CTAs (gated: the gate's k
+    // tiles of a pair, then the up projection's). A stage is refilled once both CTAs
+    // released it.
     // The launcher keeps M and N below 2^31, so the box coordinates fit the instruction's
     // 32-bit operands.
-    if (lane == 0) {
+    if (warp_id == kConsumerWarps && lane == 0) {
       int g = 0;
       for (long long p = first_pair; p < pairs; p += pair_step) {
         const int m0 = static_cast<int>(row0(p)), n0 = static_cast<int>(col0(p));
-        for (int kt = 0; kt < k_tiles; ++kt, g = (g + 1) % (2 * kStages)) {
+        for (int i = 0; i < pair_tiles; ++i, g = (g + 1) % (2 * kStages)) {
           const int s = g % kStages;
+          const bool up = Gated && i >= k_tiles;
+          const int kt = up ? i - k_tiles : i;
           mbarrier_wait(bars.empty(s), ((g / kStages) & 1) ^ 1);
           mbarrier_arrive_expect_tx(bars.full(s), kStageBytes);
           const unsigned a_s = ring + s * kStageBytes;
           tma_load_2d(a_s, &tmap_x, bars.full(s), kt * kBK, m0);
-          tma_load_2d_multicast(a_s + (kAStage + rank * kHalfB) * 2, &tmap_w, bars.full(s),
-                                kt * kBK, n0 + static_cast<int>(rank) * (kBN / kCluster),
+          tma_load_2d_multicast(a_s + (kAStage + rank * kHalfB) * 2, up ? &tmap_u : &tmap_w,
+                                bars.full(s), kt * kBK,
+                                n0 + static_cast<int>(rank) * (kBN / kCluster),
                                 static_cast<unsigned short>((1u << kCluster) - 1));
         }
       }
     }
     __syncwarp();
   } else {
+    if constexpr (Gated)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     // A stage is released in both CTAs: lane r arrives on CTA r's empty barrier.
     const auto release = [lane](unsigned bar) {
       if (lane < kCluster) mbarrier_arrive_cluster(bar, lane);
     };
     float d[128];
     int first = 0;  // ring position of the tile's first k tile
-    for (long long p = first_pair; p < pairs; p += pair_step) {
+    const auto k_loop = [&]() {
       consume_k_tiles(
           d, smem, bars, k_tiles, tid / 128,
           [](unsigned bar, unsigned parity) { mbarrier_wait(bar, parity); }, release, first);
       if (k_tiles > 0) release(bars.empty((first + k_tiles - 1) % kStages));
       first = (first + k_tiles) % (2 * kStages);
-      if (row0(p) < n_rows)  // else a padding CTA past M
-        pack_accumulators<T>(d, words, row0(p), col0(p), n_rows, n_cols, tile_width, slots,
-                             zero_fill != 0, totals, counts, data, indices, spill_start,
-                             spill_indices, spill_data, spill_capacity, spill_used, tid / 128,
-                             tid % 128 / kWarp, lane);
+    };
+    for (long long p = first_pair; p < pairs; p += pair_step) {
+      k_loop();
+      if constexpr (Gated) {
+        // The gate rounded and relu'd into 64 words, then the up projection's accumulators.
+        unsigned gate[64], flags[2][2];
+        gate_words<T>(d, gate, flags);
+        k_loop();
+        if (row0(p) < n_rows)  // else a padding CTA past M
+          pack_gated_accumulators<T>(gate, flags, d, words, row0(p), col0(p), n_rows, n_cols,
+                                     tile_width, slots, zero_fill != 0, totals, counts, data,
+                                     indices, spill_start, spill_indices, spill_data,
+                                     spill_capacity, spill_used, tid / 128, tid % 128 / kWarp,
+                                     lane);
+      } else {
+        if (row0(p) < n_rows)  // else a padding CTA past M
+          pack_accumulators<T>(d, words, row0(p), col0(p), n_rows, n_cols, tile_width, slots,
+                               zero_fill != 0, totals, counts, data, indices, spill_start,
+                               spill_indices, spill_data, spill_capacity, spill_used,
+                               tid / 128, tid % 128 / kWarp, lane);
+      }
     }
   }
   // No CTA leaves while its peer may still arrive on its barriers.
@@ -153,10 +187,31 @@ __device__ __forceinline__ void matmul_pack_sm90(
       long long* __restrict__ spill_start, int* __restrict__ spill_indices,                 \
       T* __restrict__ spill_data, long long spill_capacity,                                 \
       unsigned long long* __restrict__ spill_used) {                                        \
-    matmul_pack_sm90<T>(tmap_x, tmap_w, n_rows, n_cols, depth, tile_width, slots, zero_fill, \
-                        totals, counts, data, indices, spill_start, spill_indices,          \
-                        spill_data, spill_capacity, spill_used);                            \
+    matmul_pack_sm90<T>(tmap_x, tmap_w, tmap_w, n_rows, n_cols, depth, tile_width, slots,   \
+                        zero_fill, totals, counts, data, indices, spill_start,              \
+                        spill_indices, spill_data, spill_capacity, spill_used);             \
+  }
+
+// The gated layer's hidden values relu(x @ w_gate^T) * (x @ w_up^T) at the gate's non-zeros,
+// packed as twell_matmul_pack_sm90_* packs relu(x @ w^T) (the same grid and shared memory,
+// 384 threads; tmap_u is w_up's map, as tmap_w is w_gate's): each pair's gate k tiles, then
+// its up k tiles, through the one ring; the gate's accumulators wait rounded in 64 registers.
+#define TWELL_GATED_PACK_SM90(name, T)                                                       \
+  extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                               \
+      __launch_bounds__(kGatedThreads, 1) name(                                              \
+      const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,   \
+      const __grid_constant__ TensorMap tmap_u, long long n_rows, long long n_cols,         \
+      long long depth, int tile_width, int slots, int zero_fill, int* __restrict__ totals,  \
+      int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices, \
+      long long* __restrict__ spill_start, int* __restrict__ spill_indices,                 \
+      T* __restrict__ spill_data, long long spill_capacity,                                 \
+      unsigned long long* __restrict__ spill_used) {                                        \
+    matmul_pack_sm90<T, true>(tmap_x, tmap_w, tmap_u, n_rows, n_cols, depth, tile_width,    \
+                              slots, zero_fill, totals, counts, data, indices, spill_start, \
+                              spill_indices, spill_data, spill_capacity, spill_used);       \
   }
 
 TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_bf16, __nv_bfloat16)
 TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_f16, __half)
+TWELL_GATED_PACK_SM90(twell_gated_pack_sm90_bf16, __nv_bfloat16)
+TWELL_GATED_PACK_SM90(twell_gated_pack_sm90_f16, __half)

@@ -259,34 +259,24 @@ template <> __device__ __forceinline__ unsigned relu_pack2<__half>(float lo, flo
   return *reinterpret_cast<const unsigned*>(&v);
 }
 
-// relu(acc) of this consumer thread's two rows packed into the TwELL arrays straight from the
-// accumulators, with pack_staged_block's contract (matmul_pack.cuh): the same slots, counts,
-// totals, spill reservations and spill entries, so the same bits after the launcher's move.
-//
-// Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): lane l of warp `warp` of
-// warpgroup wg holds in d[4 j + 2 h + b] row 64 wg + 16 warp + l / 4 + 8 h, column
-// 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
-// Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
-// mask of its non-zeros per row (bit 2 j + b; columns past N cleared); then pack_quad_row
-// packs each row from the quad's masks (the rank arithmetic's NumPy model is in git history,
-// benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py). The non-zero test (the bits
-// without the sign) is the same for bf16 and fp16: relu leaves no negative value, and -0 is
-// a zero.
-//
-// The words wait for their entries in `words` (32 KB of shared memory past the pipeline's
-// ring, which already holds the next tile's loads), a row at a time: word group c (4 words:
-// j = 4 (c % 8) + e of row half h = c / 8) of consumer thread t as 16 bytes at
-// ((c % 8) * 256 + t) * 16, conflict-free 128-bit stores; the second row's 8 groups wait in
-// registers while the first row packs, then take its place. All 16 in registers would not
-// fit: 9 warps put 3 on one quarter of the register file, 168 registers a thread at most,
-// and the 64 words spilled. A thread reads only the words it wrote: no barrier.
-// Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
-// projection that epilogue costs about a quarter more than this one, whose time goes
-// mostly to rounding and masks, then counts, totals and zero fill, then the entries
-// (docs/design.rst, the fused GEMM).
-template <typename T>
-__device__ __forceinline__ void pack_accumulators(
-    const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
+// The non-zero bits of a word of two T (columns 8 j + 2 q + {0, 1}) at bits j % 16 and
+// 16 + j % 16, to be or-ed into flags[h][j / 16] (see pack_words). Without its sign bit a half
+// is below 0x8000: adding 0x7fff carries into its top bit exactly when it is not zero (-0 is
+// a zero), and never out of it. Bits 15 and 31 go to bits k and 16 + k.
+__device__ __forceinline__ unsigned flag_bits(unsigned two, int j) {
+  const unsigned t = (two & 0x7fff7fffu) + 0x7fff7fffu;
+  const int k = j & 15;
+  return (t >> (15 - k)) & ((1u << k) | (1u << (16 + k)));
+}
+
+// pack_accumulators' packing from a function of (j, h): the pair of T words (value, flag)
+// of columns 8 j + 2 q + {0, 1} of row half h, `value` the two values to store and `flag`
+// the two whose non-zero bits say which are entries, or-ed into `known` (flags gathered
+// beforehand, as flag_bits gathers them; a flag word 0 adds none).
+template <typename T, typename WordsOf>
+__device__ __forceinline__ void pack_words(
+    WordsOf words_of, const unsigned (&known)[2][2], void* words, long long m0, long long n0,
+    long long n_rows,
     long long n_cols, int tile_width, int slots, bool zero_fill, int* __restrict__ totals,
     int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
     long long* __restrict__ spill_start, int* __restrict__ spill_indices,
@@ -301,7 +291,7 @@ __device__ __forceinline__ void pack_accumulators(
   // The non-zero bits of row half h, chunks j of one half word each: flags[h][j / 16] holds
   // column 8 j + 2 q + b at bit 16 b + j % 16, one shift and one and-or a word; the masks'
   // order (bit 2 j + b) comes from one interleave per 32 bits after the loop.
-  unsigned flags[2][2] = {{0u, 0u}, {0u, 0u}};
+  unsigned flags[2][2] = {{known[0][0], known[0][1]}, {known[1][0], known[1][1]}};
   uint4 later[8];  // the second row's groups
 #pragma unroll
   for (int c = 0; c < 16; ++c) {
@@ -310,14 +300,9 @@ __device__ __forceinline__ void pack_accumulators(
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 4 * (c & 7) + e;
-      const unsigned two = relu_pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-      four[e] = two;
-      // Without its sign bit a half is below 0x8000: adding 0x7fff carries into its top bit
-      // exactly when it is not zero (-0 is a zero), and never out of it. Bits 15 and 31 go to
-      // bits k and 16 + k.
-      const unsigned t = (two & 0x7fff7fffu) + 0x7fff7fffu;
-      const int k = j & 15;
-      flags[h][j >> 4] |= (t >> (15 - k)) & ((1u << k) | (1u << (16 + k)));
+      const uint2 two = words_of(j, h);
+      four[e] = two.x;
+      flags[h][j >> 4] |= flag_bits(two.y, j);
     }
     if (c >= 8) {
       later[c & 7] = make_uint4(four[0], four[1], four[2], four[3]);
@@ -348,6 +333,111 @@ __device__ __forceinline__ void pack_accumulators(
                      counts, data, indices, spill_start, spill_indices, spill_data,
                      spill_capacity, spill_used, lane, value_of);
   }
+}
+
+// relu(acc) of this consumer thread's two rows packed into the TwELL arrays straight from the
+// accumulators, with pack_staged_block's contract (matmul_pack.cuh): the same slots, counts,
+// totals, spill reservations and spill entries, so the same bits after the launcher's move.
+//
+// Accumulator layout (as mma.sync m16n8, per warp of the warpgroup): lane l of warp `warp` of
+// warpgroup wg holds in d[4 j + 2 h + b] row 64 wg + 16 warp + l / 4 + 8 h, column
+// 8 j + 2 (l % 4) + b (j < 32, h, b < 2). The four lanes of a quad hold one row between them.
+// Each lane rounds relu(acc) to T (bf16 or fp16) words of two columns and builds a 64-bit
+// mask of its non-zeros per row (bit 2 j + b; columns past N cleared); then pack_quad_row
+// packs each row from the quad's masks (the rank arithmetic's NumPy model is in git history,
+// benchmarks/prototypes/matmul_pack_sm90_regs_emulation.py). The non-zero test (the bits
+// without the sign) is the same for bf16 and fp16: relu leaves no negative value, and -0 is
+// a zero.
+//
+// The words wait for their entries in `words` (32 KB of shared memory past the pipeline's
+// ring, which already holds the next tile's loads), a row at a time: word group c (4 words:
+// j = 4 (c % 8) + e of row half h = c / 8) of consumer thread t as 16 bytes at
+// ((c % 8) * 256 + t) * 16, conflict-free 128-bit stores; the second row's 8 groups wait in
+// registers while the first row packs, then take its place. All 16 in registers would not
+// fit: 9 warps put 3 on one quarter of the register file, 168 registers a thread at most,
+// and the 64 words spilled. A thread reads only the words it wrote: no barrier.
+// Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
+// projection that epilogue costs about a quarter more than this one, whose time goes
+// mostly to rounding and masks, then counts, totals and zero fill, then the entries
+// (docs/design.rst, the fused GEMM). The packing itself is pack_words, above.
+template <typename T>
+__device__ __forceinline__ void pack_accumulators(
+    const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
+    long long n_cols, int tile_width, int slots, bool zero_fill, int* __restrict__ totals,
+    int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
+    long long* __restrict__ spill_start, int* __restrict__ spill_indices,
+    T* __restrict__ spill_data,
+    long long spill_capacity, unsigned long long* __restrict__ spill_used, int wg, int warp,
+    int lane) {
+  const unsigned none[2][2] = {{0u, 0u}, {0u, 0u}};
+  pack_words<T>(
+      [&d](int j, int h) {
+        const unsigned two = relu_pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        return make_uint2(two, two);
+      },
+      none, words, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill, totals, counts, data,
+      indices, spill_start, spill_indices, spill_data, spill_capacity, spill_used, wg, warp,
+      lane);
+}
+
+// relu(acc) of the gate rounded to T, as pack_accumulators rounds it: gate[2 j + h] holds
+// columns 8 j + 2 q + {0, 1} of row half h (the same columns as d[4 j + 2 h + {0, 1}]), and
+// flags their non-zero bits as pack_words gathers them.
+template <typename T>
+__device__ __forceinline__ void gate_words(const float (&d)[128], unsigned (&gate)[64],
+                                           unsigned (&flags)[2][2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) flags[h][0] = flags[h][1] = 0u;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      gate[2 * j + h] = relu_pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+      flags[h][j >> 4] |= flag_bits(gate[2 * j + h], j);
+    }
+  }
+}
+
+// The two T of a word times two floats, each product rounded once to T.
+template <typename T> __device__ unsigned times_pack2(unsigned two, float lo, float hi);
+template <> __device__ __forceinline__ unsigned times_pack2<__nv_bfloat16>(unsigned two,
+                                                                           float lo, float hi) {
+  // A bfloat16 is the top half of the float of the same value.
+  const __nv_bfloat162 v =
+      __floats2bfloat162_rn(__uint_as_float(two << 16) * lo,
+                            __uint_as_float(two & 0xffff0000u) * hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+template <> __device__ __forceinline__ unsigned times_pack2<__half>(unsigned two, float lo,
+                                                                    float hi) {
+  const float2 g = __half22float2(*reinterpret_cast<const __half2*>(&two));
+  const __half2 v = __floats2half2_rn(g.x * lo, g.y * hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// The gated layer's hidden values packed as pack_accumulators packs relu(acc): the entries
+// are the gate's non-zeros (gate and flags: gate_words of the gate's accumulators), each
+// value the gate's T times the up projection's accumulator d, rounded once to T
+// (twell_gated_take's arithmetic). A product that comes out zero stays an entry. The
+// products replace the gate's words first, so that the accumulators die before the packing.
+template <typename T>
+__device__ __forceinline__ void pack_gated_accumulators(
+    unsigned (&gate)[64], const unsigned (&flags)[2][2], const float (&d)[128], void* words,
+    long long m0, long long n0, long long n_rows, long long n_cols, int tile_width, int slots,
+    bool zero_fill, int* __restrict__ totals, int* __restrict__ counts, T* __restrict__ data,
+    unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
+    int* __restrict__ spill_indices, T* __restrict__ spill_data, long long spill_capacity,
+    unsigned long long* __restrict__ spill_used, int wg, int warp, int lane) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      gate[2 * j + h] = times_pack2<T>(gate[2 * j + h], d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+  }
+  pack_words<T>([&gate](int j, int h) { return make_uint2(gate[2 * j + h], 0u); }, flags,
+                words, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill, totals, counts,
+                data, indices, spill_start, spill_indices, spill_data, spill_capacity,
+                spill_used, wg, warp, lane);
 }
 
 }  // namespace twell

@@ -300,12 +300,73 @@ def test_sm90_kernel_with_few_clusters_gives_the_same_bits(gpu, rng, monkeypatch
     monkeypatch.setattr(_policy, "matmul_variant", lambda *_: "mma")
     want, _ = _ffn.matmul_pack(x, w, 64, 4)
     monkeypatch.setattr(_policy, "matmul_variant", lambda *_: "sm90")
-    monkeypatch.setattr(_ffn, "_SM90_CLUSTER_COUNTS", {gpu.xp.cuda.Device().id: clusters})
+    device = gpu.xp.cuda.Device().id
+    monkeypatch.setattr(_ffn, "_SM90_CLUSTER_COUNTS",
+                        {(device, t): clusters for t in (288, 384)})
     gpu.poison()
     got, _ = _ffn.matmul_pack(x, w, 64, 4)
     assert_same_bits(twell.TwELLMatrix._from_parts(got, full, 64),
                      twell.TwELLMatrix._from_parts(want, full, 64),
                      f"sm90 with {clusters} clusters vs mma.sync")
+    # The gated kernel streams twice the k tiles of each pair through the same ring.
+    u = gpu.asarray(cast(rng.standard_normal((1300, 192)) / 14.0, BF16))
+    gated, _ = _ffn.matmul_pack_bounded(x, w, 64, 4, w_up=u)
+    monkeypatch.setattr(_ffn, "_SM90_CLUSTER_COUNTS", {})
+    many, _ = _ffn.matmul_pack_bounded(x, w, 64, 4, w_up=u)
+    assert_same_bits(twell.TwELLMatrix._from_parts(gated, full, 64),
+                     twell.TwELLMatrix._from_parts(many, full, 64),
+                     f"gated with {clusters} clusters vs the device's")
+
+
+@pytest.mark.parametrize("shape, tile_width, slots", [
+    ((128, 64, 256), 256, 5),       # one block, one k tile
+    ((77, 136, 300), 8, 1),         # partial blocks, a partial k tile, heavy overflow
+    ((1000, 4096, 2752), 64, 5),    # a long k loop (64 tiles a projection), many blocks
+    ((2048, 2048, 5632), 256, 13),  # the paper's shape, shorter
+    ((129, 64, 390), 128, 6),       # N cuts the last block mid-tile
+], ids=str)
+@pytest.mark.parametrize("dtype", HALF)
+def test_gated_sm90_kernel_packs_the_gate_times_the_up_projection(gpu, rng, monkeypatch, shape,
+                                                                  tile_width, slots, dtype):
+    # twell_gated_pack_sm90_*: the entries are the gate's, bit for bit (counts, columns,
+    # overflow: the exact pack of the gate), and each value is the gate's stored value times
+    # x @ w_up.T, rounded once: against float64, within the 16-bit rounding of the product
+    # and fp32 accumulation; the same bits from a second launch. The spill buffer has room
+    # for every entry: past its capacity the bounded pack loses whole pairs, which ones by
+    # the order of the reservations (the layer's fix-up recomputes them; its own tests).
+    from twell._cuda import _ffn, _policy
+
+    _hopper(gpu)
+    monkeypatch.setattr(_policy, "spill_capacity", lambda m, n: m * n)
+    x, w = _fused(gpu, rng, dtype, shape=shape)
+    m, k, n = shape
+    u = gpu.asarray(cast(rng.standard_normal((n, k)) / np.sqrt(k), dtype))
+    full = (m, n)
+    gate, _ = _ffn.matmul_pack(x, w, tile_width, slots)
+    used = int(gate.overflow_indices.size)
+
+    def trimmed(parts):
+        return twell.TwELLMatrix._from_parts(
+            parts._replace(overflow_indices=parts.overflow_indices[:used],
+                           overflow_data=parts.overflow_data[:used]), full, tile_width)
+
+    gpu.poison()
+    gated, _ = _ffn.matmul_pack_bounded(x, w, tile_width, slots, w_up=u)
+    again, _ = _ffn.matmul_pack_bounded(x, w, tile_width, slots, w_up=u)
+    got = trimmed(gated)
+    assert_same_bits(got, trimmed(again), "a second launch")
+    for name in ("counts", "indices", "overflow_indptr"):
+        np.testing.assert_array_equal(gpu.to_host(getattr(gated, name)),
+                                      gpu.to_host(getattr(gate, name)), err_msg=name)
+    np.testing.assert_array_equal(gpu.to_host(gated.overflow_indices[:used]),
+                                  gpu.to_host(gate.overflow_indices))
+    plain = twell.TwELLMatrix._from_parts(gate, full, tile_width)
+    assert plain.nnz > 0
+    up = gpu.to_host(x).astype(np.float64) @ gpu.to_host(u).astype(np.float64).T
+    gate_dense = cast(plain.toarray().get(), np.float64)
+    have = cast(got.toarray().get(), np.float64)
+    assert ((have != 0) <= (gate_dense != 0)).all()  # no entry outside the gate's
+    assert rel_err(have, gate_dense * up) <= MATMUL_RTOL[dtype]
 
 
 @pytest.mark.parametrize("dtype, kernel", [(BF16, "twell_matmul_pack_sm90_bf16"),

@@ -39,9 +39,13 @@ from ._spmm import spmm_with
 _MATMUL_TILE = (128, 256)
 _MATMUL_SMEM = 3 * (128 + 256) * 64 * 2
 _MATMUL_SM90_SMEM = 4 * (128 + 256) * 64 * 2 + 8 * 256 * 16 + 2 * 4 * 8 + 1024
-_MATMUL_THREADS = {"mma": 256, "sm90": 288}
+_MATMUL_THREADS = {"mma": 256, "sm90": 288, "sm90_gated": 384}
 _SM90_CLUSTER = 2
 _SM90_KERNELS = {"bfloat16": "twell_matmul_pack_sm90_bf16", "float16": "twell_matmul_pack_sm90_f16"}
+#: The gated Hopper kernel: relu(x @ w_gate.T) * (x @ w_up.T) at the gate's non-zeros, 384
+#: threads (its producer warp in a warpgroup of its own, whose registers go to the consumers).
+_SM90_GATED_KERNELS = {"bfloat16": "twell_gated_pack_sm90_bf16",
+                       "float16": "twell_gated_pack_sm90_f16"}
 #: Depth of a k tile of the GEMM: the Hopper kernel's x and w boxes are 64 columns wide.
 _MATMUL_DEPTH = 64
 
@@ -57,15 +61,20 @@ def matmul_pack_supported(x, w, tile_width):
             and x.flags.c_contiguous and w.flags.c_contiguous and aligned(x, w))
 
 
-def _matmul_operands(x, w, variant):
-    """The kernel, its operand arguments and its shared memory for ``variant``."""
+def _matmul_operands(x, w, variant, w_up=None):
+    """The kernel, its operand arguments and its shared memory for ``variant`` (with
+    ``w_up``: the gated Hopper kernel)."""
     if variant == "sm90":
         bm, bn = _MATMUL_TILE
         # w in boxes of half its tile: each CTA of a cluster loads one half for both.
         maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm),
-                _tma.tensor_map_2d(w, _MATMUL_DEPTH, bn // _SM90_CLUSTER))
-        kernel = _compile.function(_policy.SM90_SOURCE, _SM90_KERNELS[x.dtype.name])
+                *(_tma.tensor_map_2d(v, _MATMUL_DEPTH, bn // _SM90_CLUSTER)
+                  for v in ((w,) if w_up is None else (w, w_up))))
+        names = _SM90_KERNELS if w_up is None else _SM90_GATED_KERNELS
+        kernel = _compile.function(_policy.SM90_SOURCE, names[x.dtype.name])
         return kernel, maps, _MATMUL_SM90_SMEM
+    if w_up is not None:
+        raise ValueError(f"the gated kernel runs on the sm90 variant only; got {variant!r}")
     kernel = _compile.function("ffn.cu", instance("twell_matmul_pack", x.dtype))
     return kernel, (x, w), _MATMUL_SMEM
 
@@ -108,24 +117,28 @@ def _spill_buffers(capacity, dtype):
 
 
 def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
-                        spill_capacity, spill_indices, spill_data, counter=None, zero_fill=True):
+                        spill_capacity, spill_indices, spill_data, counter=None, zero_fill=True,
+                        w_up=None):
     """One launch of the fused kernel; returns its overflow counter (a device array:
     ``counter``, zeroed, or a new one). ``zero_fill=False`` leaves the slots past each pair's
-    count unwritten, for a caller that reads only the counted ones."""
+    count unwritten, for a caller that reads only the counted ones. With ``w_up`` (the sm90
+    variant only), the gated kernel: the gate ``w``'s non-zeros packed with the values
+    ``relu(x @ w.T) * (x @ w_up.T)``."""
     m, k = x.shape
     n = w.shape[0]
-    kernel, operands, smem = _matmul_operands(x, w, variant)
+    kernel, operands, smem = _matmul_operands(x, w, variant, w_up)
     kernel.max_dynamic_shared_size_bytes = smem
     bm, bn = _MATMUL_TILE
+    threads = _MATMUL_THREADS[variant if w_up is None else "sm90_gated"]
     counter = overflow_counter() if counter is None else counter
     if variant == "sm90":
         # Persistent clusters, as many as the device holds at once: a cluster launched after
         # the others would add its whole share of the tiles to the time.
         pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
-        grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, smem))
+        grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, smem, threads))
     else:  # one 128 x 256 output tile a block, the column tiles of a row consecutive
         grid = -(-m // bm) * -(-n // bn)
-    kernel((grid,), (_MATMUL_THREADS[variant],), (
+    kernel((grid,), (threads,), (
         *operands, i64(m), i64(n), i64(k), i32(tile_width), i32(slots),
         i32(zero_fill), totals,
         parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
@@ -133,15 +146,15 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
     return counter
 
 
-def _sm90_clusters(kernel, smem):
-    """The Hopper kernel's co-resident clusters on the current device (the driver's count;
-    else one per two multiprocessors, the most there can be)."""
+def _sm90_clusters(kernel, smem, threads=_MATMUL_THREADS["sm90"]):
+    """A Hopper kernel's co-resident clusters on the current device at ``threads`` threads a
+    CTA (the driver's count; else one per two multiprocessors, the most there can be)."""
     device = cupy.cuda.Device().id
-    found = _SM90_CLUSTER_COUNTS.get(device)
+    found = _SM90_CLUSTER_COUNTS.get((device, threads))
     if found is None:
-        found = (kernel.max_active_clusters(_MATMUL_THREADS["sm90"], smem, _SM90_CLUSTER)
+        found = (kernel.max_active_clusters(threads, smem, _SM90_CLUSTER)
                  or _sm_count(device) // _SM90_CLUSTER)
-        _SM90_CLUSTER_COUNTS[device] = found
+        _SM90_CLUSTER_COUNTS[(device, threads)] = found
     return found
 
 
@@ -219,8 +232,10 @@ class PackLoss(NamedTuple):
     capacity: int
 
 
-def matmul_pack_bounded(x, w, tile_width, slots):
-    """``relu(x @ w.T)`` packed at ``slots`` with no host synchronisation: ``(parts, loss)``.
+def matmul_pack_bounded(x, w, tile_width, slots, w_up=None):
+    """``relu(x @ w.T)`` packed at ``slots`` with no host synchronisation: ``(parts, loss)``;
+    with ``w_up`` (where :func:`._policy.gated_fused`), the gated layer's hidden values
+    ``relu(x @ w.T) * (x @ w_up.T)`` at the non-zeros of ``relu(x @ w.T)``, from one kernel.
 
     One fused launch, the overflow's prefix sum and the move of the spilled runs, all queued
     without reading anything back, so that the pack can be captured in a CUDA graph. The
@@ -240,7 +255,7 @@ def matmul_pack_bounded(x, w, tile_width, slots):
     capacity = plan.spill_capacity
     counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                                   plan.spill_start, capacity, plan.spill_indices,
-                                  plan.spill_data)
+                                  plan.spill_data, w_up=w_up)
     offset, row_starts = overflow_offsets(plan.totals, slots, capacity)
     parts = with_overflow(parts, row_starts, capacity)
     _spill_to_overflow(plan.totals, slots, plan.spill_start, plan.spill_indices,
@@ -409,17 +424,21 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     ``w_down.T`` C-contiguous: a transposed view of a ``(hidden, d_model)`` array costs no
     copy (the modules keep one), any other ``w_down`` a copy per call. The hidden layer is
     :func:`matmul_pack_bounded` at tile width 256 (the GEMM's, whatever the library's
-    default), the gated up projection :func:`gated_up`, the down projection the SpMM, their
-    ways chosen by ``nnz_hint`` (the hidden layer's expected entries; None: the gather
-    kernels); then :func:`ffn_fixup` recomputes the rows whose overflow did not fit the
-    capacity, so that nothing is lost. Each kernel is deterministic: the same inputs give the
-    same bits, eagerly or replayed.
+    default): where :func:`._policy.gated_fused` (Hopper), the gate's and the up projection's
+    GEMMs in one kernel that packs their product at the gate's non-zeros, else the gate's
+    and then the gated up projection :func:`gated_up`; the down projection is the SpMM, the
+    ways of the up and down projections chosen by ``nnz_hint`` (the hidden layer's expected
+    entries; None: the gather kernels); then :func:`ffn_fixup` recomputes the rows whose
+    overflow did not fit the capacity, so that nothing is lost. Each kernel is deterministic:
+    the same inputs give the same bits, eagerly or replayed.
     """
     tile_width = _layout.GEMM_TILE_WIDTH
     first = w_up if w_gate is None else w_gate
-    parts, loss = matmul_pack_bounded(x, first, tile_width, slots)
+    fused = w_gate is not None and _policy.gated_fused(x, w_gate, w_up)
+    parts, loss = matmul_pack_bounded(x, first, tile_width, slots,
+                                      w_up=w_up if fused else None)
     shape = (x.shape[0], first.shape[0])
-    if w_gate is not None:
+    if w_gate is not None and not fused:
         parts = gated_up(parts, shape, tile_width, x, w_up, nnz_hint)
     w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
     y = spmm_with(_cublas.matmul, parts, shape, tile_width, w_down_t, x.dtype,

@@ -306,6 +306,17 @@ def matmul_variant(x, w):
     return "sm90" if sm90 else "mma"
 
 
+def gated_fused(x, w_gate, w_up):
+    """Whether the gated layer's hidden values come from one fused kernel
+    (``twell_gated_pack_sm90_*``: the gate's and the up projection's GEMMs through one
+    pipeline, the products taken in the epilogue) rather than the gate's fused GEMM and
+    ``_ffn.gated_up``: on the Hopper variant (:func:`matmul_variant`), for ``w_up`` of the
+    gate's shape and dtype, C-contiguous and 16-byte aligned."""
+    return (w_up.shape == w_gate.shape and w_up.dtype == w_gate.dtype
+            and w_up.flags.c_contiguous and w_up.data.ptr % 16 == 0
+            and matmul_variant(x, w_gate) == "sm90")
+
+
 #: Spill buffer of the fused GEMM, in entries: one per SPILL_SHARE outputs (plus a floor).
 #: Enough when the slots hold all but a few percent of ~10% non-zeros; when it is not, the
 #: launcher reruns the kernel with exactly the room the first run counted.
