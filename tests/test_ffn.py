@@ -247,6 +247,46 @@ def test_fused_auto_packs_once_then_moves_to_the_chosen_slots(gpu, rng, monkeypa
         assert slots > tile_width // 8  # the provisional slots were too few: reslot widened
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["gated-kernel", "gate-then-up"])
+@pytest.mark.parametrize("slots, bias", [("auto", 1.0), ("auto", -1.0), (3, 1.0)], ids=str)
+@pytest.mark.parametrize("dtype", HALF)
+def test_backend_gated_pack_is_the_gate_times_the_up_projection(gpu, rng, monkeypatch, fused,
+                                                               slots, bias, dtype):
+    # The CuPy backend's matmul_pack and matmul_pack_auto with w_up (what sparse_ffn calls):
+    # the gate's layout bit for bit (counts, columns, overflow row pointer and columns: the
+    # pack without w_up) and each value the gate's times x @ w_up.T within the 16-bit
+    # rounding, by the gated Hopper kernel or by the gate's pack then gated_up. Bias 1 packs
+    # ~16% non-zeros (slots="auto" then reslots the provisional pack), bias -1 about 84%
+    # (the provisional spill overflows and the pack reruns at the chosen slots).
+    from twell._cuda import _backend as cuda
+    from twell._cuda import _policy
+
+    if fused:
+        _hopper(gpu)
+    monkeypatch.setattr(_policy, "gated_fused", lambda *_: fused)
+    x, w = _fused(gpu, rng, dtype, shape=(300, 128, 700), bias=bias)
+    u = gpu.asarray(cast(rng.standard_normal(w.shape) / np.sqrt(w.shape[1]), dtype))
+    full = (x.shape[0], w.shape[0])
+
+    def pack(**up):
+        if slots == "auto":
+            parts, chosen, nnz = cuda.matmul_pack_auto(x, w, 64, **up)
+        else:
+            (parts, nnz), chosen = cuda.matmul_pack(x, w, 64, slots, **up), slots
+        return twell.TwELLMatrix._from_parts(parts, full, 64, nnz), chosen
+
+    gate, chosen = pack()
+    gpu.poison()
+    got, got_slots = pack(w_up=u)
+    assert got_slots == chosen and got.nnz == gate.nnz > 0
+    for name in ("counts", "indices", "overflow_indptr", "overflow_indices"):
+        np.testing.assert_array_equal(gpu.to_host(getattr(got._parts, name)),
+                                      gpu.to_host(getattr(gate._parts, name)), err_msg=name)
+    up = gpu.to_host(x).astype(np.float64) @ gpu.to_host(u).astype(np.float64).T
+    gate_dense = cast(gate.toarray().get(), np.float64)
+    assert rel_err(cast(got.toarray().get(), np.float64), gate_dense * up) <= MATMUL_RTOL[dtype]
+
+
 @pytest.mark.parametrize("shape, tile_width, slots", [
     ((128, 64, 256), 256, 5),       # one block, one k tile
     ((77, 136, 300), 8, 1),         # partial blocks, a partial k tile, heavy overflow

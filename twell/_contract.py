@@ -64,12 +64,15 @@ class Backend(Protocol):
     def matmul_pack_supported(self, x, w, tile_width):
         """Whether :meth:`matmul_pack` takes these operands."""
 
-    def matmul_pack(self, x, w, tile_width, slots):
+    def matmul_pack(self, x, w, tile_width, slots, w_up=None):
         """``relu(x @ w.T)`` packed: ``(parts, nnz)``; products accumulate in float32 and
-        round once to the operands' dtype."""
+        round once to the operands' dtype. With ``w_up`` (of ``w``'s shape, passing
+        :meth:`matmul_pack_supported` with ``x``), the gated layer's hidden values: the
+        entries of ``relu(x @ w.T)``, each times ``x[row] . w_up[col]``, as
+        :meth:`gated_up` computes them."""
 
-    def matmul_pack_auto(self, x, w, tile_width):
-        """:meth:`matmul_pack` with ``slots="auto"``: ``(parts, slots, nnz)``."""
+    def matmul_pack_auto(self, x, w, tile_width, w_up=None):
+        """:meth:`matmul_pack` with ``slots="auto"`` (the gate's): ``(parts, slots, nnz)``."""
 
     def gated_up(self, parts, shape, tile_width, x, w_up, nnz_hint=None):
         """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``."""

@@ -128,19 +128,26 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WID
     slots = check_slots(slots, tile_width)
     out = result_dtype(x.dtype, w.dtype)
     be = _backend.backend(xp)
-    shape = (m, w.shape[0])
     if be.matmul_pack_supported(x, w, tile_width):
-        if slots == "auto":
-            check_storage(shape, tile_width)
-            parts, slots, nnz = be.matmul_pack_auto(x, w, tile_width)
-        else:
-            check_storage(shape, tile_width, slots)
-            parts, nnz = be.matmul_pack(x, w, tile_width, slots)
-        return TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
+        return _fused_pack(be, x, w, tile_width, slots)
     acc = accumulator_dtype(out)
     with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are values like any
         z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
     return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
+
+
+def _fused_pack(be, x, w, tile_width, slots, w_up=None):
+    """``relu(x @ w.T)`` (with ``w_up``: the gated layer's hidden values at its non-zeros)
+    from the backend's fused GEMM -> TwELL, for operands that
+    ``be.matmul_pack_supported`` takes, ``tile_width`` and ``slots`` checked."""
+    shape = (x.shape[0], w.shape[0])
+    if slots == "auto":
+        check_storage(shape, tile_width)
+        parts, slots, nnz = be.matmul_pack_auto(x, w, tile_width, w_up=w_up)
+    else:
+        check_storage(shape, tile_width, slots)
+        parts, nnz = be.matmul_pack(x, w, tile_width, slots, w_up=w_up)
+    return TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
 
 
 def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
@@ -183,7 +190,12 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     that the whole product pays (about 0.8% non-zero at the paper's shape; the cost model is
     ``twell._cuda._policy.dense_up_pays``): there cuBLAS computes ``x @ w_up.T`` in float32 (an
     ``M x hidden`` float32 temporary) and ``twell_gated_take`` reads it at the gate's
-    entries. Either way each product accumulates in float32 and rounds once. The down
+    entries. On an H100 or H200, for 16-bit ``x``, ``w_gate`` and ``w_up`` of one dtype
+    that the fused GEMM takes, one kernel computes both projections and multiplies them in
+    its epilogue at the gate's entries (``twell_gated_pack_sm90_*``; the gate's GEMM runs
+    whole either way, so at the paper's shape this saves a GEMM's worth of reading and the
+    up projection's launches). Either way each product accumulates in float32 and rounds
+    once. The down
     projection is the TwELL SpMM, which picks its own way by density. Up-projection products
     that come out exactly zero stay stored in the intermediate, so that the layer computes
     what the dense layer computes (``0 * inf`` in ``w_down`` is NaN in both).
@@ -223,13 +235,24 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     if not gated:
         h = matmul_to_twell(x, w_up, activation, tile_width=tile_width, slots=slots)
         return _matmul(h.astype(out, copy=False), w_down.T)
+    be = _backend.backend(xp)
+    if (activation == "relu" and x.dtype == w_gate.dtype == w_up.dtype == out
+            and not isinstance(tile_width, str)):
+        # The gate and the up projection from one backend call where the fused GEMM takes
+        # both (on Hopper, one kernel: the up product at the gate's entries in its epilogue).
+        tile_width = check_tile_width(tile_width)
+        x, w_gate, w_up = (_as(be, a, out) for a in (x, w_gate, w_up))
+        if (tile_width <= _layout.NARROW_TILE_WIDTH
+                and be.matmul_pack_supported(x, w_gate, tile_width)
+                and be.matmul_pack_supported(x, w_up, tile_width)):
+            slots = check_slots(slots, tile_width)
+            return _matmul(_fused_pack(be, x, w_gate, tile_width, slots, w_up), w_down.T)
     gate = matmul_to_twell(x, w_gate, activation, tile_width=tile_width, slots=slots)
     gate = gate.astype(out, copy=False)
     if gate.tile_width > _layout.NARROW_TILE_WIDTH:
         # The up projection's kernels read 16-bit columns within a tile: a gate of wider
         # tiles (tile_width="auto" on a very wide, very sparse layer) is packed again.
         gate = TwELLMatrix(gate, tile_width=_layout.NARROW_TILE_WIDTH)
-    be = _backend.backend(xp)
     # The up projection at the gate's entries only; products that come out zero stay stored
     # in this intermediate, which only feeds the down projection (as a dense layer would).
     parts = be.gated_up(gate._parts, gate.shape, gate.tile_width, _as(be, x, out),

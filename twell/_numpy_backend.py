@@ -277,13 +277,16 @@ def _relu_product(x, w):
     return cast(np.maximum(cast(x, acc) @ cast(w, acc).T, 0), x.dtype)
 
 
-def matmul_pack(x, w, tile_width, slots):
+def matmul_pack(x, w, tile_width, slots, w_up=None):
     """``relu(x @ w.T)`` packed into TwELL parts: ``(parts, nnz)``. The host has no fused
-    kernel: the product is computed whole, then packed (:func:`pack_dense`)."""
-    return pack_dense(_relu_product(x, w), tile_width, slots)
+    kernel: the product is computed whole, then packed (:func:`pack_dense`). With ``w_up``,
+    the gated layer's hidden values: then :func:`gated_up` at the entries."""
+    z = _relu_product(x, w)
+    parts, nnz = pack_dense(z, tile_width, slots)
+    return _gated(parts, z.shape, tile_width, x, w_up, nnz), nnz
 
 
-def matmul_pack_auto(x, w, tile_width):
+def matmul_pack_auto(x, w, tile_width, w_up=None):
     """:func:`matmul_pack` with ``slots="auto"`` picked from the product's per-tile counts:
     ``(parts, slots, nnz)``."""
     z = _relu_product(x, w)
@@ -291,7 +294,13 @@ def matmul_pack_auto(x, w, tile_width):
     slots, n_over, nnz = _layout.auto_choice(_layout.checked_histogram(hist, tile_width),
                                              tile_width)
     check_storage(z.shape, tile_width, slots)
-    return pack_dense(z, tile_width, slots, n_over)[0], slots, nnz
+    parts = pack_dense(z, tile_width, slots, n_over)[0]
+    return _gated(parts, z.shape, tile_width, x, w_up, nnz), slots, nnz
+
+
+def _gated(parts, shape, tile_width, x, w_up, nnz):
+    """The gate's ``parts`` as they are, or (with ``w_up``) :func:`gated_up`'s."""
+    return parts if w_up is None else gated_up(parts, shape, tile_width, x, w_up, nnz)
 
 
 # Bound on the temporary (entries x D) block of gated_up, in elements.

@@ -161,9 +161,10 @@ def _sm90_clusters(kernel, smem, threads=_MATMUL_THREADS["sm90"]):
 _SM90_CLUSTER_COUNTS = {}
 
 
-def matmul_pack(x, w, tile_width, slots):
+def matmul_pack(x, w, tile_width, slots, w_up=None):
     """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel: returns
-    ``(parts, nnz)``.
+    ``(parts, nnz)``; with ``w_up`` (passing :func:`matmul_pack_supported` with ``x``), the
+    gated layer's hidden values at those entries (:func:`_gated`).
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
     round once to the inputs' dtype; the dense product is never written to global memory.
@@ -173,10 +174,26 @@ def matmul_pack(x, w, tile_width, slots):
     per-tile totals, which gives ``nnz``), twice when the spill buffer was too small and the
     kernel reruns.
     """
-    return _matmul_pack(matmul_plan(x, w, tile_width), x, w, tile_width, slots)
+    fused = _fused_up(x, w, w_up)
+    parts, nnz = _matmul_pack(matmul_plan(x, w, tile_width), x, w, tile_width, slots, fused)
+    return _gated(parts, x, w, w_up, fused, tile_width, nnz), nnz
 
 
-def _matmul_pack(plan, x, w, tile_width, slots):
+def _fused_up(x, w, w_up):
+    """``w_up`` where the gated Hopper kernel takes it with the gate ``w``
+    (:func:`._policy.gated_fused`), else None."""
+    return w_up if w_up is not None and _policy.gated_fused(x, w, w_up) else None
+
+
+def _gated(parts, x, w, w_up, fused, tile_width, nnz):
+    """The packed gate's ``parts`` as they are without ``w_up`` or when the gated kernel
+    (``fused``) packed them, else with :func:`gated_up`'s values."""
+    if w_up is None or fused is not None:
+        return parts
+    return gated_up(parts, (x.shape[0], w.shape[0]), tile_width, x, w_up, nnz)
+
+
+def _matmul_pack(plan, x, w, tile_width, slots, w_up=None):
     """:func:`matmul_pack` with the buffers and kernel of ``plan``."""
     m, nt = plan.totals.shape
     # The overflow part is made after the launch: the GPU need not wait for it.
@@ -188,7 +205,7 @@ def _matmul_pack(plan, x, w, tile_width, slots):
         both, counter = count_buffer(tile_width)
         _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                             plan.spill_start, capacity, spill_indices, spill_data,
-                            counter=counter)
+                            counter=counter, w_up=w_up)
         without = no_overflow(parts)  # made while the kernel runs
         # Queued before the read: after it the GPU waits for each launch the host makes.
         offset, row_starts = overflow_offsets(plan.totals, slots)
@@ -298,8 +315,9 @@ def _sm_count(device_id):
 _PROVISIONAL_SHARE = 8
 
 
-def matmul_pack_auto(x, w, tile_width):
-    """``relu(x @ w.T)`` packed with ``slots="auto"`` picked from its own per-tile counts.
+def matmul_pack_auto(x, w, tile_width, w_up=None):
+    """``relu(x @ w.T)`` packed with ``slots="auto"`` picked from its own per-tile counts
+    (with ``w_up``, as :func:`matmul_pack`: the gated layer's hidden values).
 
     Returns ``(parts, slots, nnz)``. One fused launch packs the product at a provisional slot
     count (``tile_width // 8``, lowered to fit ``MAX_STORED_SLOTS``; entries past it spill;
@@ -321,12 +339,14 @@ def matmul_pack_auto(x, w, tile_width):
     provisional = max(1, min(tile_width // _PROVISIONAL_SHARE,
                              _layout.MAX_STORED_SLOTS // (m * nt)))
     plan = matmul_plan(x, w, tile_width)
+    fused = _fused_up(x, w, w_up)
     parts = empty_parts(m, nt, provisional, x.dtype, zeroed=False, overflow=False)
     both, counter = count_buffer(tile_width)
     _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
                         plan.spill_start, plan.spill_capacity, plan.spill_indices,
                         plan.spill_data, counter=counter,
-                        zero_fill=False)  # twell_reslot reads the counted slots only
+                        zero_fill=False,  # twell_reslot reads the counted slots only
+                        w_up=fused)
     hist, spilled = read_counts(both, plan.totals, tile_width)
     slots, n_over, nnz = _layout.auto_choice(hist, tile_width)
     check_storage((m, n), tile_width, slots)
@@ -335,7 +355,8 @@ def matmul_pack_auto(x, w, tile_width):
         variant = plan.variant
         del parts, plan  # freed before the second launch allocates its own
         rerun = _plan(x, w, tile_width, variant, max(n_over, 1))
-        return _matmul_pack(rerun, x, w, tile_width, slots)[0], slots, nnz
+        parts = _matmul_pack(rerun, x, w, tile_width, slots, fused)[0]
+        return _gated(parts, x, w, w_up, fused, tile_width, nnz), slots, nnz
     result = empty_parts(m, nt, slots, x.dtype, zeroed=False, overflow=False)
     if n_over:
         offset, row_starts = overflow_offsets(plan.totals, slots)
@@ -348,7 +369,7 @@ def matmul_pack_auto(x, w, tile_width):
         parts.indices, plan.spill_start, plan.spill_indices, plan.spill_data, i32(slots),
         result.counts, result.data, result.indices, offset, result.overflow_indices,
         result.overflow_data))
-    return result, slots, nnz
+    return _gated(result, x, w, w_up, fused, tile_width, nnz), slots, nnz
 
 
 def _gemm_nt_float32(x, w):
