@@ -192,11 +192,11 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     ``M x hidden`` float32 temporary) and ``twell_gated_take`` reads it at the gate's
     entries. On an H100 or H200, for 16-bit ``x``, ``w_gate`` and ``w_up`` of one dtype
     that the fused GEMM takes, one kernel computes both projections and multiplies them in
-    its epilogue at the gate's entries (``twell_gated_pack_sm90_*``; the gate's GEMM runs
-    whole either way, so at the paper's shape this saves a GEMM's worth of reading and the
-    up projection's launches). Either way each product accumulates in float32 and rounds
-    once. The down
-    projection is the TwELL SpMM, which picks its own way by density. Up-projection products
+    its epilogue at the gate's entries (``twell_gated_pack_sm90_*``: both projections are
+    computed whole, as the cuBLAS way computes the up projection, without its float32
+    temporary, its reading at the entries and its launches). Either way each product
+    accumulates in float32 and rounds once. The down projection is the TwELL SpMM, which
+    picks its own way by density. Up-projection products
     that come out exactly zero stay stored in the intermediate, so that the layer computes
     what the dense layer computes (``0 * inf`` in ``w_down`` is NaN in both).
 
