@@ -348,14 +348,14 @@ def test_sm90_kernel_with_few_clusters_gives_the_same_bits(gpu, rng, monkeypatch
     assert_same_bits(twell.TwELLMatrix._from_parts(got, full, 64),
                      twell.TwELLMatrix._from_parts(want, full, 64),
                      f"sm90 with {clusters} clusters vs mma.sync")
-    # The gated kernel streams twice the k tiles of each pair through the same ring. Its
-    # spill buffer has room for every entry: past the bounded pack's capacity, which pairs
-    # are lost follows the order of the reservations.
+    # The gated kernel streams twice the k tiles of each pair through the same ring. The
+    # pack with a read-back (its overflow arrays of the exact size; the bounded pack's are
+    # capacity-sized, their tail never written).
     u = gpu.asarray(cast(rng.standard_normal((1300, 192)) / 14.0, BF16))
-    monkeypatch.setattr(_policy, "spill_capacity", lambda m, n: m * n)
-    gated, _ = _ffn.matmul_pack_bounded(x, w, 64, 4, w_up=u)
+    monkeypatch.setattr(_policy, "gated_fused", lambda *_: True)
+    gated, _ = _ffn.matmul_pack(x, w, 64, 4, w_up=u)
     monkeypatch.setattr(_ffn, "_SM90_CLUSTER_COUNTS", {})
-    many, _ = _ffn.matmul_pack_bounded(x, w, 64, 4, w_up=u)
+    many, _ = _ffn.matmul_pack(x, w, 64, 4, w_up=u)
     assert_same_bits(twell.TwELLMatrix._from_parts(gated, full, 64),
                      twell.TwELLMatrix._from_parts(many, full, 64),
                      f"gated with {clusters} clusters vs the device's")
