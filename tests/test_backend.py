@@ -241,6 +241,16 @@ def test_tensor_map_names_the_shape_on_a_driver_error(monkeypatch):
         _tma._tensor_map.cache_clear()
 
 
+@pytest.mark.parametrize("density, want", [(0.001, False), (0.0039, False), (0.004, True),
+                                           (0.005, True), (0.01, True), (0.05, True)])
+def test_fused_up_projection_follows_the_density(density, want):
+    # The gated Hopper kernel computes the up projection whole: it pays from 0.4% of the
+    # gate non-zero (H100, the paper's shape: at 0.1% the fused layer took 1.112 ms against
+    # the dot products' 0.917, at 0.5% 1.304 against 1.358).
+    m, h, d = 16384, 5632, 2048
+    assert _policy.fused_up_pays(m, h, d, round(density * m * h)) is want
+
+
 @pytest.mark.parametrize("dtype, slots, overflow, want", [
     (np.float32, 5, 0, (1, 8)),    # the stencil: a thread per row
     (np.float64, 5, 0, (1, 8)),

@@ -455,7 +455,7 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     """
     tile_width = _layout.GEMM_TILE_WIDTH
     first = w_up if w_gate is None else w_gate
-    fused = w_gate is not None and _policy.gated_fused(x, w_gate, w_up)
+    fused = w_gate is not None and _policy.gated_fused(x, w_gate, w_up, nnz_hint)
     parts, loss = matmul_pack_bounded(x, first, tile_width, slots,
                                       w_up=w_up if fused else None)
     shape = (x.shape[0], first.shape[0])

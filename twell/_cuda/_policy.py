@@ -306,15 +306,37 @@ def matmul_variant(x, w):
     return "sm90" if sm90 else "mma"
 
 
-def gated_fused(x, w_gate, w_up):
+def gated_fused(x, w_gate, w_up, nnz_hint=None):
     """Whether the gated layer's hidden values come from one fused kernel
     (``twell_gated_pack_sm90_*``: the gate's and the up projection's GEMMs through one
     pipeline, the products taken in the epilogue) rather than the gate's fused GEMM and
     ``_ffn.gated_up``: on the Hopper variant (:func:`matmul_variant`), for ``w_up`` of the
-    gate's shape and dtype, C-contiguous and 16-byte aligned."""
+    gate's shape and dtype, C-contiguous and 16-byte aligned, where :func:`fused_up_pays`
+    for the gate's expected ``nnz_hint`` entries (unknown: fused, the better way at the
+    densities of ReLU feed-forward layers, 1% to 10%)."""
+    m, d = x.shape
     return (w_up.shape == w_gate.shape and w_up.dtype == w_gate.dtype
             and w_up.flags.c_contiguous and w_up.data.ptr % 16 == 0
+            and (nnz_hint is None or fused_up_pays(m, w_up.shape[0], d, nnz_hint))
             and matmul_variant(x, w_gate) == "sm90")
+
+
+#: Density of the gate from which the gated Hopper kernel's up projection (a second GEMM,
+#: whatever the density) beats one dot product per gate entry (:func:`fused_up_pays`).
+#: Measured at the paper's shape, the module replayed from a CUDA graph, in two full runs on
+#: H100s (the dot products' layer in one, the fused in the other; dense 1.707 and 1.714 ms):
+#: at 0.1% 0.917 ms against 1.112, at 0.5% 1.358 against 1.304; the crossover by linear
+#: interpolation is 0.4%. (The model of :func:`dense_up_pays`, a
+#: GEMM against ``GATED_DOT_SECONDS`` an entry and column, puts it at 0.54%: the dot
+#: products cost more an entry at these densities than its constant says.)
+FUSED_UP_MIN_DENSITY = 0.004
+
+
+def fused_up_pays(m, h, d, nnz):
+    """Whether the up projection inside the gated kernel beats the dot products at the
+    gate's ``nnz`` entries of ``m * h``: from :data:`FUSED_UP_MIN_DENSITY` (``d``, the depth,
+    scales both alike)."""
+    return nnz >= FUSED_UP_MIN_DENSITY * m * h
 
 
 #: Spill buffer of the fused GEMM, in entries: one per SPILL_SHARE outputs (plus a floor).
