@@ -194,7 +194,10 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     that the fused GEMM takes, one kernel computes both projections and multiplies them in
     its epilogue at the gate's entries (``twell_gated_pack_sm90_*``: both projections are
     computed whole, as the cuBLAS way computes the up projection, without its float32
-    temporary, its reading at the entries and its launches). Either way each product
+    temporary, its reading at the entries and its launches; below about 0.4% of the gate
+    non-zero the dot products would be faster, which this function cannot know before the
+    kernel runs: the ``twell.torch`` modules, which fix the density at their first call,
+    choose by it). Either way each product
     accumulates in float32 and rounds once. The down projection is the TwELL SpMM, which
     picks its own way by density. Up-projection products
     that come out exactly zero stay stored in the intermediate, so that the layer computes
