@@ -179,10 +179,10 @@ def matmul_pack(x, w, tile_width, slots, w_up=None):
     return _gated(parts, x, w, w_up, fused, tile_width, nnz), nnz
 
 
-def _fused_up(x, w, w_up):
+def _fused_up(x, w, w_up, nnz_hint=None):
     """``w_up`` where the gated Hopper kernel takes it with the gate ``w``
-    (:func:`._policy.gated_fused`), else None."""
-    return w_up if w_up is not None and _policy.gated_fused(x, w, w_up) else None
+    (:func:`._policy.gated_fused`, for a gate of ``nnz_hint`` entries), else None."""
+    return w_up if w_up is not None and _policy.gated_fused(x, w, w_up, nnz_hint) else None
 
 
 def _gated(parts, x, w, w_up, fused, tile_width, nnz):
@@ -455,12 +455,11 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     """
     tile_width = _layout.GEMM_TILE_WIDTH
     first = w_up if w_gate is None else w_gate
-    fused = w_gate is not None and _policy.gated_fused(x, w_gate, w_up, nnz_hint)
-    parts, loss = matmul_pack_bounded(x, first, tile_width, slots,
-                                      w_up=w_up if fused else None)
+    fused = None if w_gate is None else _fused_up(x, w_gate, w_up, nnz_hint)
+    parts, loss = matmul_pack_bounded(x, first, tile_width, slots, w_up=fused)
     shape = (x.shape[0], first.shape[0])
-    if w_gate is not None and not fused:
-        parts = gated_up(parts, shape, tile_width, x, w_up, nnz_hint)
+    if w_gate is not None:
+        parts = _gated(parts, x, w_gate, w_up, fused, tile_width, nnz_hint)
     w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
     y = spmm_with(_cublas.matmul, parts, shape, tile_width, w_down_t, x.dtype,
                   nnz_hint=nnz_hint)

@@ -314,10 +314,9 @@ def gated_fused(x, w_gate, w_up, nnz_hint=None):
     gate's shape and dtype, C-contiguous and 16-byte aligned, where :func:`fused_up_pays`
     for the gate's expected ``nnz_hint`` entries (unknown: fused, the better way at the
     densities of ReLU feed-forward layers, 1% to 10%)."""
-    m, d = x.shape
     return (w_up.shape == w_gate.shape and w_up.dtype == w_gate.dtype
             and w_up.flags.c_contiguous and w_up.data.ptr % 16 == 0
-            and (nnz_hint is None or fused_up_pays(m, w_up.shape[0], d, nnz_hint))
+            and (nnz_hint is None or fused_up_pays(x.shape[0], w_up.shape[0], nnz_hint))
             and matmul_variant(x, w_gate) == "sm90")
 
 
@@ -332,10 +331,10 @@ def gated_fused(x, w_gate, w_up, nnz_hint=None):
 FUSED_UP_MIN_DENSITY = 0.004
 
 
-def fused_up_pays(m, h, d, nnz):
+def fused_up_pays(m, h, nnz):
     """Whether the up projection inside the gated kernel beats the dot products at the
-    gate's ``nnz`` entries of ``m * h``: from :data:`FUSED_UP_MIN_DENSITY` (``d``, the depth,
-    scales both alike)."""
+    gate's ``nnz`` entries of ``m * h``: from :data:`FUSED_UP_MIN_DENSITY` (the depth scales
+    both alike)."""
     return nnz >= FUSED_UP_MIN_DENSITY * m * h
 
 
