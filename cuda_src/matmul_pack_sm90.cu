@@ -146,22 +146,24 @@ __device__ __forceinline__ void matmul_pack_sm90(
       first = (first + k_tiles) % (2 * kStages);
     };
     for (long long p = first_pair; p < pairs; p += pair_step) {
-      // The pair's words into the TwELL arrays (pack_words), whichever values they hold.
-      const auto pack = [&](auto words_of, const unsigned (&known)[2][2]) {
-        pack_words<T>(words_of, known, words, row0(p), col0(p), n_rows, n_cols, tile_width,
-                      slots, zero_fill != 0, totals, counts, data, indices, spill_start,
-                      spill_indices, spill_data, spill_capacity, spill_used, tid / 128,
-                      tid % 128 / kWarp, lane);
-      };
       k_loop();
       if constexpr (Gated) {
         // The gate rounded and relu'd into 64 words, then the up projection's accumulators.
         unsigned gate[64], flags[2][2];
         gate_words<T>(d, gate, flags);
         k_loop();
-        if (row0(p) < n_rows) pack_gated_accumulators<T>(gate, flags, d, pack);  // else padding
+        if (row0(p) < n_rows)  // else a padding CTA past M
+          pack_gated_accumulators<T>(gate, flags, d, words, row0(p), col0(p), n_rows, n_cols,
+                                     tile_width, slots, zero_fill != 0, totals, counts, data,
+                                     indices, spill_start, spill_indices, spill_data,
+                                     spill_capacity, spill_used, tid / 128, tid % 128 / kWarp,
+                                     lane);
       } else {
-        if (row0(p) < n_rows) pack_accumulators<T>(d, pack);  // else a padding CTA past M
+        if (row0(p) < n_rows)  // else a padding CTA past M
+          pack_accumulators<T>(d, words, row0(p), col0(p), n_rows, n_cols, tile_width, slots,
+                               zero_fill != 0, totals, counts, data, indices, spill_start,
+                               spill_indices, spill_data, spill_capacity, spill_used,
+                               tid / 128, tid % 128 / kWarp, lane);
       }
     }
   }

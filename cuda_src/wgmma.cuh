@@ -359,17 +359,25 @@ __device__ __forceinline__ void pack_words(
 // Why not stage and pack row by row (pack_staged_block, as ffn.cu does): at the paper's up
 // projection that epilogue costs about a quarter more than this one, whose time goes
 // mostly to rounding and masks, then counts, totals and zero fill, then the entries
-// (docs/design.rst, the fused GEMM). The packing itself is pack_words, above: `pack` calls
-// it as pack(words_of, known) with the tile's place and the TwELL arrays (the kernel's).
-template <typename T, typename Pack>
-__device__ __forceinline__ void pack_accumulators(const float (&d)[128], Pack pack) {
+// (docs/design.rst, the fused GEMM). The packing itself is pack_words, above.
+template <typename T>
+__device__ __forceinline__ void pack_accumulators(
+    const float (&d)[128], void* words, long long m0, long long n0, long long n_rows,
+    long long n_cols, int tile_width, int slots, bool zero_fill, int* __restrict__ totals,
+    int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
+    long long* __restrict__ spill_start, int* __restrict__ spill_indices,
+    T* __restrict__ spill_data,
+    long long spill_capacity, unsigned long long* __restrict__ spill_used, int wg, int warp,
+    int lane) {
   const unsigned none[2][2] = {{0u, 0u}, {0u, 0u}};
-  pack(
+  pack_words<T>(
       [&d](int j, int h) {
         const unsigned two = relu_pack2<T>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         return make_uint2(two, two);
       },
-      none);
+      none, words, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill, totals, counts, data,
+      indices, spill_start, spill_indices, spill_data, spill_capacity, spill_used, wg, warp,
+      lane);
 }
 
 // relu(acc) of the gate rounded to T, as pack_accumulators rounds it: gate[2 j + h] holds
@@ -412,18 +420,24 @@ template <> __device__ __forceinline__ unsigned times_pack2<__half>(unsigned two
 // value the gate's T times the up projection's accumulator d, rounded once to T
 // (twell_gated_take's arithmetic). A product that comes out zero stays an entry. The
 // products replace the gate's words first, so that the accumulators die before the packing.
-// `pack` as for pack_accumulators.
-template <typename T, typename Pack>
-__device__ __forceinline__ void pack_gated_accumulators(unsigned (&gate)[64],
-                                                        const unsigned (&flags)[2][2],
-                                                        const float (&d)[128], Pack pack) {
+template <typename T>
+__device__ __forceinline__ void pack_gated_accumulators(
+    unsigned (&gate)[64], const unsigned (&flags)[2][2], const float (&d)[128], void* words,
+    long long m0, long long n0, long long n_rows, long long n_cols, int tile_width, int slots,
+    bool zero_fill, int* __restrict__ totals, int* __restrict__ counts, T* __restrict__ data,
+    unsigned short* __restrict__ indices, long long* __restrict__ spill_start,
+    int* __restrict__ spill_indices, T* __restrict__ spill_data, long long spill_capacity,
+    unsigned long long* __restrict__ spill_used, int wg, int warp, int lane) {
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       gate[2 * j + h] = times_pack2<T>(gate[2 * j + h], d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   }
-  pack([&gate](int j, int h) { return make_uint2(gate[2 * j + h], 0u); }, flags);
+  pack_words<T>([&gate](int j, int h) { return make_uint2(gate[2 * j + h], 0u); }, flags,
+                words, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill, totals, counts,
+                data, indices, spill_start, spill_indices, spill_data, spill_capacity,
+                spill_used, wg, warp, lane);
 }
 
 }  // namespace twell
