@@ -179,10 +179,25 @@ OPTIONS = ("-std=c++17", "-ftz=false")
 #: What CuPy's compile appends to a RawModule's options.
 CUPY_APPENDED = ("-ftz=true",)
 
+#: What CuPy's NVRTC compile appends besides (nvcc has no such option): functions without
+#: ``__device__`` compile as device code. The ARCH_SOURCES do not get it, so an unannotated
+#: function there (a generic lambda, say) is a host function that NVRTC refuses, though nvcc
+#: compiles it; ``scripts/compile_kernels.py --nvrtc`` catches that on a CPU machine.
+CUPY_NVRTC_APPENDED = ("--device-as-default-execution-space",)
+
 
 def build_options(name):
-    """The options a module key of :data:`INSTANCES` is compiled with at run time."""
+    """The nvcc options that match how a module key of :data:`INSTANCES` is compiled at run
+    time."""
     return OPTIONS if source_file(name) in ARCH_SOURCES else OPTIONS + CUPY_APPENDED
+
+
+def nvrtc_options(name):
+    """The NVRTC options a module key of :data:`INSTANCES` is compiled with at run time
+    (without ``-arch`` and the include folders)."""
+    if source_file(name) in ARCH_SOURCES:
+        return OPTIONS
+    return OPTIONS + CUPY_APPENDED + CUPY_NVRTC_APPENDED
 
 
 def source_dir():
