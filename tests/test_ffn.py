@@ -580,12 +580,18 @@ def test_dense_up_pays_from_about_one_percent():
     assert pays == sorted(pays)
 
 
-def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng, monkeypatch):
+@pytest.mark.parametrize("fused", [False, True], ids=["gate-then-up", "gated-kernel"])
+def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng, monkeypatch,
+                                                                        fused):
     # A gate ~16% non-zero on a product past DENSE_PRODUCT_MIN_WORK (512 x 8192 x 1024): the
-    # layer computes x @ w_up.T whole (once) and is still the float64 layer within bf16
+    # layer computes x @ w_up.T whole (once), by cuBLAS after the gate's pack or inside the
+    # gated Hopper kernel (then no separate GEMM), and is still the float64 layer within bf16
     # rounding.
-    from twell._cuda import _ffn
+    from twell._cuda import _ffn, _policy
 
+    if fused:
+        _hopper(gpu)
+    monkeypatch.setattr(_policy, "gated_fused", lambda *_: fused)
     calls = []
     whole = _ffn._gemm_nt_float32
     monkeypatch.setattr(_ffn, "_gemm_nt_float32",
@@ -593,6 +599,6 @@ def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng,
     x, wg, wu, wd = _weights(rng, 512, 1024, 8192, 1.0, BF16)
     gpu.poison()
     got = sparse_ffn(*(gpu.asarray(a) for a in (x, wg, wu, wd)))
-    assert calls == [(8192, 1024)]
+    assert calls == ([] if fused else [(8192, 1024)])
     want = (np.maximum(_f64(x) @ _f64(wg).T, 0) * (_f64(x) @ _f64(wu).T)) @ _f64(wd).T
     assert rel_err(_f64(gpu.to_host(got)), want) <= 1e-2
