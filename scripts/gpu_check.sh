@@ -25,6 +25,16 @@ summary=$out/summary.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader \
     | tee "$summary"
 start=$(date +%s)
+# CuPy's kernel cache filled first, one process per module at once: else every shard compiles
+# every module it meets (NVRTC takes 1-40 s a module), all shards at the same time. A module
+# that fails here fails again in its tests, which report it.
+for key in $(python3 -c "from twell._cuda import _compile as c
+print(' '.join(k for k in c.INSTANCES if c.source_file(k) not in c.ARCH_SOURCES))"); do
+    python3 -c "import sys; from twell._cuda import _compile as c
+c.function(sys.argv[1], c.INSTANCES[sys.argv[1]][0])" "$key" &
+done
+wait
+echo "kernel cache filled in $(( $(date +%s) - start )) s" | tee -a "$summary"
 for ((j = 0; j < jobs; j++)); do
     (TWELL_SHARD=$j/$jobs TWELL_TEST_LOG="$work/durations.$j.log" \
         timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -rfE \
