@@ -195,9 +195,8 @@ def build_options(name):
 def nvrtc_options(name):
     """The NVRTC options a module key of :data:`INSTANCES` is compiled with at run time
     (without ``-arch`` and the include folders)."""
-    if source_file(name) in ARCH_SOURCES:
-        return OPTIONS
-    return OPTIONS + CUPY_APPENDED + CUPY_NVRTC_APPENDED
+    own = source_file(name) in ARCH_SOURCES
+    return build_options(name) + (() if own else CUPY_NVRTC_APPENDED)
 
 
 def source_dir():
