@@ -3,6 +3,7 @@
 // Accumulation in fp32 (fp64 for double), in a fixed order (tiles, then slots, then the
 // row's overflow entries): results are deterministic, no atomics.
 #include "twell_layout.cuh"
+#include "mma.cuh"
 
 using namespace twell;
 
@@ -441,6 +442,232 @@ __global__ void twell_spmm_overflow_chunks(const long long* __restrict__ overflo
       }
     }
   });
+}
+
+// SpMM, the staged kernel (16-bit values, tiles of at most kStagedTile columns, at most
+// kWarp slots). A block takes kStagedWarps * kStagedRows rows of A and kStagedColumns
+// columns of B and Y. For each tile of A's columns in turn, the tile's rows of B (those
+// columns) are copied into shared memory by cp.async, Stages - 1 tiles ahead, and each warp
+// adds its kStagedRows rows' entries of that tile from there: lane l owns columns 4l .. 4l + 3
+// of the block's and an accumulator of them per row. Where the gather kernel reads a B row
+// from L2 per entry, this one reads each tile of B from L2 once per block of 256 rows, about
+// 2.6 entries per B row at 99% sparsity (docs/design.rst, the staged SpMM); the cost is a
+// copy of all of B per block of rows, which the launcher's cost model weighs.
+//   Entries: each warp holds a tile's entries in registers as words (column within the tile
+//   << 16 | the value's bits): row r's entry e in lane (r % P) * Slots + e of word r / P, P =
+//   kWarp / Slots rows a word (Slots >= the layout's slots). The next tile's entries are
+//   loaded while a tile is summed. A row's overflow follows its tiles, its B rows read from
+//   L2 one entry after another (what overflows at the densities this kernel is chosen for is
+//   a few entries a row).
+//   Order: per row, tiles, then slots, then the overflow, one fused multiply-add per entry:
+//   the bits of twell_spmm_rows with one entry in flight (E = 1), which the tests check.
+// Shared memory: Stages * tile_width * kStagedColumns values (128 KB at tile width 256).
+// Grid: (ceil(M / (kStagedWarps * kStagedRows)), ceil(N / kStagedColumns)), kStagedThreads
+// threads. The launcher guarantees N % 8 == 0 and 16-byte aligned B and Y rows.
+constexpr int kStagedWarps = 16;
+constexpr int kStagedRows = 16;                     // rows of A a warp
+constexpr int kStagedVec = 4;                       // columns a lane
+constexpr int kStagedColumns = kWarp * kStagedVec;  // columns of B a block
+constexpr int kStagedTile = 256;                    // the widest tile
+constexpr int kStagedThreads = kStagedWarps * kWarp;
+
+// Copies rows [tile * tile_width, +tile_width) (those below k) of B's columns [c0, c0 +
+// kStagedColumns) into `stage` (kStagedColumns values a row), zeros past column n. Every
+// thread of the block calls it and commits the group.
+template <typename T>
+__device__ __forceinline__ void staged_copy_tile(T* stage, const T* __restrict__ b, long long k,
+                                                 long long n, long long tile, int tile_width,
+                                                 long long c0) {
+  constexpr int kPerChunk = 16 / sizeof(T);
+  constexpr int kChunksPerRow = kStagedColumns / kPerChunk;
+  const long long r0 = tile * tile_width;
+  const int chunks = static_cast<int>(min(static_cast<long long>(tile_width), k - r0)) *
+                     kChunksPerRow;
+  for (int q = threadIdx.x; q < chunks; q += kStagedThreads) {
+    const int r = q / kChunksPerRow, c = q % kChunksPerRow;
+    const long long col = c0 + c * kPerChunk;
+    const bool inside = col < n;  // N % 8 == 0: a chunk is wholly inside or outside
+    cp_async16(stage + r * kStagedColumns + c * kPerChunk, inside ? b + (r0 + r) * n + col : b,
+               inside);
+  }
+  cp_async_commit();
+}
+
+// The bits of a 16-bit value.
+template <typename T> __device__ __forceinline__ unsigned short bits_of(T v) {
+  return *reinterpret_cast<const unsigned short*>(&v);
+}
+
+// The raw columns and values of tile `tile`'s slots of the warp's rows [row0, row0 +
+// kStagedRows): lane (r % P) * Slots + e loads row r's slot e (e < slots) into column[r / P]
+// and value[r / P], whatever the row's count (slots past it hold zeros, never summed), so
+// that no load waits for the count; `count` (lane r < kStagedRows) the row's count.
+template <typename T, int Slots>
+__device__ __forceinline__ void staged_load_entries(
+    const int* __restrict__ counts, const T* __restrict__ data,
+    const unsigned short* __restrict__ indices, long long n_rows, long long tiles, int slots,
+    long long row0, long long tile, int lane, int& count,
+    unsigned (&column)[kStagedRows * Slots / kWarp],
+    unsigned (&value)[kStagedRows * Slots / kWarp]) {
+  constexpr int P = kWarp / Slots;
+  count = lane < kStagedRows && row0 + lane < n_rows ? counts[(row0 + lane) * tiles + tile] : 0;
+#pragma unroll
+  for (int j = 0; j < kStagedRows / P; ++j) {
+    const long long row = row0 + j * P + lane / Slots;
+    const int e = lane % Slots;
+    column[j] = 0;
+    value[j] = 0;
+    if (e < slots && row < n_rows) {
+      const long long s = (row * tiles + tile) * slots + e;
+      column[j] = indices[s];
+      value[j] = bits_of(data[s]);
+    }
+  }
+}
+
+// acc += entry w (column within the tile << 16 | the value's bits) times its row of the stage
+// (`stage`: this lane's 4 values of the stage's row 0; row c is 256 bytes further).
+template <typename T>
+__device__ __forceinline__ void staged_add(const unsigned char* stage, unsigned w,
+                                           float (&acc)[kStagedVec]) {
+  const float v = Mma<T>::unpack2(w).x;  // the low half: the value
+  // (w >> 16) * 256 as one shift and mask: the column sits in w's high half.
+  const uint2 bw = *reinterpret_cast<const uint2*>(stage + ((w >> 8) & 0xffff00u));
+  const float2 b01 = Mma<T>::unpack2(bw.x), b23 = Mma<T>::unpack2(bw.y);
+  acc[0] += v * b01.x;
+  acc[1] += v * b01.y;
+  acc[2] += v * b23.x;
+  acc[3] += v * b23.y;
+}
+
+// Steps: entries of a row read from shared memory at once (1 or 2); Pairs: rows r and
+// r + kStagedRows / 2 walked together, one entry of each a step. Both keep each row's order
+// of sums (the same bits); they differ in the loads in flight against the instructions spent
+// on steps past a row's count.
+template <typename T, int Slots, int Stages, int Steps = 1, bool Pairs = false,
+          bool ColumnsFast = false, bool Rotate = false>
+__global__ void __launch_bounds__(kStagedThreads, 1)
+twell_spmm_staged(const int* __restrict__ counts, const T* __restrict__ data,
+                  const unsigned short* __restrict__ indices,
+                  const long long* __restrict__ overflow_indptr,
+                  const int* __restrict__ overflow_indices, const T* __restrict__ overflow_data,
+                  long long n_rows, long long n_cols, int tile_width, int slots,
+                  const T* __restrict__ b, long long n, T* __restrict__ out) {
+  static_assert(sizeof(T) == 2, "16-bit values");
+  static_assert(Slots == 8 || Slots == 16 || Slots == 32, "Slots: 8, 16 or 32");
+  static_assert(Stages >= 2, "tiles of B in shared memory");
+  static_assert(Steps == 1 || Steps == 2, "entries a step");
+  static_assert(kStagedColumns * sizeof(T) == 256 && kStagedVec == 4, "256-byte stage rows");
+  constexpr int P = kWarp / Slots;  // rows a word
+  constexpr int kWords = kStagedRows / P;
+  extern __shared__ __align__(16) unsigned char staged_shared[];
+  T* const stages = reinterpret_cast<T*>(staged_shared);
+  const int lane = threadIdx.x % kWarp;
+  const int tiles = static_cast<int>(n_tiles(n_cols, tile_width));  // < 2^31
+  const unsigned row_block = ColumnsFast ? blockIdx.y : blockIdx.x;
+  const long long row0 = static_cast<long long>(row_block) * (kStagedWarps * kStagedRows) +
+                         threadIdx.x / kWarp * kStagedRows;
+  const long long c0 = static_cast<long long>(ColumnsFast ? blockIdx.x : blockIdx.y) *
+                       kStagedColumns;
+  const int stage_values = tile_width * kStagedColumns;
+  const int rotation = Rotate ? static_cast<int>(row_block % tiles) : 0;
+  auto tile_at = [&](int t) { return t + rotation < tiles ? t + rotation : t + rotation - tiles; };
+
+#pragma unroll
+  for (int t = 0; t < Stages - 1; ++t) {
+    if (t < tiles)
+      staged_copy_tile(stages + t * stage_values, b, n_cols, n, tile_at(t), tile_width, c0);
+    else cp_async_commit();  // empty groups too: the wait below counts groups
+  }
+  float acc[kStagedRows][kStagedVec];
+#pragma unroll
+  for (int r = 0; r < kStagedRows; ++r) {
+#pragma unroll
+    for (int i = 0; i < kStagedVec; ++i) acc[r][i] = 0.0f;
+  }
+  int count;
+  unsigned column[kWords], value[kWords];
+  staged_load_entries<T, Slots>(counts, data, indices, n_rows, tiles, slots, row0, tile_at(0),
+                                lane, count, column, value);
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<Stages - 2>();  // tile t has landed (this thread's copies) ...
+    __syncthreads();  // ... and every thread's; and every warp is done with tile t - 1
+    const int ahead = t + Stages - 1;  // into the stage that tile t - 1 used
+    if (ahead < tiles)
+      staged_copy_tile(stages + (ahead % Stages) * stage_values, b, n_cols, n, tile_at(ahead),
+                       tile_width, c0);
+    else
+      cp_async_commit();
+    // This tile's entries as words; the next tile's loads stay in flight while it is summed.
+    unsigned word[kWords];
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) word[j] = column[j] << 16 | value[j];
+    const int tile_count = count;
+    if (t + 1 < tiles)
+      staged_load_entries<T, Slots>(counts, data, indices, n_rows, tiles, slots, row0,
+                                    tile_at(t + 1), lane, count, column, value);
+    const unsigned char* const stage = reinterpret_cast<const unsigned char*>(
+        stages + (t % Stages) * stage_values) + lane * kStagedVec * sizeof(T);
+    constexpr int kWalks = Pairs ? kStagedRows / 2 : kStagedRows;
+#pragma unroll
+    for (int r = 0; r < kWalks; ++r) {
+      constexpr int kOther = kStagedRows / 2;
+      const int rb = Pairs ? r + kOther : r;  // the pair's other row
+      const int ca = __shfl_sync(kFullMask, tile_count, r);
+      const int cb = Pairs ? __shfl_sync(kFullMask, tile_count, rb) : 0;
+      const int steps = max(ca, cb);
+      for (int e = 0; e < steps; e += Steps) {
+        // A word past a row's count is read as column 0 and not added.
+        unsigned wa[Steps], wb[Steps];
+#pragma unroll
+        for (int q = 0; q < Steps; ++q) {
+          const unsigned x = __shfl_sync(kFullMask, word[r / P], ((r % P) * Slots + e + q) % kWarp);
+          wa[q] = e + q < ca ? x : 0u;
+          if (Pairs) {
+            const unsigned y =
+                __shfl_sync(kFullMask, word[rb / P], ((rb % P) * Slots + e + q) % kWarp);
+            wb[q] = e + q < cb ? y : 0u;
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < Steps; ++q) {
+          if (e + q < ca) staged_add<T>(stage, wa[q], acc[r]);
+          if (Pairs && e + q < cb) staged_add<T>(stage, wb[q], acc[rb]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  const long long n0 = c0 + lane * kStagedVec;  // N % 4 == 0: all four columns or none
+#pragma unroll
+  for (int r = 0; r < kStagedRows; ++r) {
+    const long long row = row0 + r;
+    if (row >= n_rows) break;  // the warp's later rows too
+    const long long o_end = overflow_indptr[row + 1];
+    for (long long j0 = overflow_indptr[row]; j0 < o_end; j0 += kWarp) {
+      const long long j = j0 + lane;
+      const float mine = j < o_end ? Value<T>::to_acc(overflow_data[j]) : 0.0f;
+      const int my_column = j < o_end ? overflow_indices[j] : 0;
+      const int len = static_cast<int>(min(static_cast<long long>(kWarp), o_end - j0));
+      for (int e = 0; e < len; ++e) {
+        const float v = __shfl_sync(kFullMask, mine, e);
+        const long long col = __shfl_sync(kFullMask, my_column, e);
+        if (n0 < n) {
+          const Vec<T, kStagedVec> bv =
+              *reinterpret_cast<const Vec<T, kStagedVec>*>(b + col * n + n0);
+#pragma unroll
+          for (int i = 0; i < kStagedVec; ++i) acc[r][i] += v * Value<T>::to_acc(bv.v[i]);
+        }
+      }
+    }
+    if (n0 < n) {
+      Vec<T, kStagedVec> res;
+#pragma unroll
+      for (int i = 0; i < kStagedVec; ++i) res.v[i] = Value<T>::from_acc(acc[r][i]);
+      *reinterpret_cast<Vec<T, kStagedVec>*>(out + row * n + n0) = res;
+    }
+  }
 }
 
 // SpMV, y = A @ x: twell_spmv_rows (a team of G lanes per row) for layouts of long rows,

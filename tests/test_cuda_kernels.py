@@ -827,3 +827,102 @@ def test_canonical_csr_falls_back_to_the_global_sort_for_long_rows(rng, monkeypa
     _canonical.canonical_csr(*[cupy.asarray(a) for a in (x.indptr, x.indices, x.data)],
                              (m, k))
     assert not calls
+
+
+@pytest.mark.parametrize("dtype", [np.float16, twell.bfloat16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(("m", "k", "n", "tile_width", "slots", "density"), [
+    (300, 700, 640, 256, 6, 0.02),   # partial last tile (188 rows) and row block; overflow
+    (513, 1000, 136, 128, 16, 0.08),  # a partial column block (8 of 128 columns)
+    (40, 300, 8, 64, 2, 0.1),         # heavy overflow: ~6 entries a pair in 2 slots
+    (260, 512, 1024, 256, 8, 0.001),  # mostly empty tiles, rows past M in the last block
+    (256, 256, 520, 32, 3, 0.05),     # narrow tiles, many per stage ring
+])
+def test_staged_spmm_matches_the_float64_product_and_the_gather_bits(rng, monkeypatch, dtype, m,
+                                                                     k, n, tile_width, slots,
+                                                                     density):
+    # twell_spmm_staged, every instance that holds the layout's slots (8 or 16, 2 or 3 tiles
+    # of B in shared memory), within rounding of the float64 product and, where the gather
+    # kernel sums one entry at a time (N > 512 16-bit values, no split rows), with its bits:
+    # the same order of fused multiply-adds. The default way takes it where the model says.
+    x = _activations(rng, m, k, density, dtype)
+    a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
+    rhs = _activations(rng, k, n, 1.0, dtype)
+    want = x.astype(np.float64).get() @ rhs.astype(np.float64).get()
+    scale = np.abs(x.astype(np.float64).get()) @ np.abs(rhs.astype(np.float64).get())
+    args = (a._parts, a.shape, a.tile_width, rhs, np.dtype(dtype))
+    bits = "u2"
+    rows = gpu_spmm(*args, way="rows").get().view(bits)
+    one_entry_a_step = (_policy.rows_shape(n, dtype, _policy.short_rows(a._parts, m))[2] == 1
+                        and a.overflow_indices.size < 2 * _policy.SPMM_SPLIT_CHUNK)
+    ran = 0
+    for kernel_slots in _compile.SPMM_STAGED_SLOTS:
+        for stages in _compile.SPMM_STAGED_STAGES:
+            if slots > kernel_slots:
+                continue
+            Backend("cupy").poison()  # an output element left unwritten shows as NaN
+            got = _spmm._staged(*args, kernel_slots, stages)
+            ran += 1
+            g = got.astype(np.float64).get()
+            assert np.all(np.abs(g - want) <= 1e-2 * scale + 1e-30), (kernel_slots, stages)
+            if one_entry_a_step:
+                np.testing.assert_array_equal(got.get().view(bits), rows)
+    assert ran >= 2
+    # The launcher's way: staged where it fits and the cost model prefers it.
+    monkeypatch.setattr(_policy, "STAGED_MIN_WAVES", 0)
+    taken = []
+    staged = _spmm._staged
+    monkeypatch.setattr(_spmm, "_staged", lambda *a: taken.append(a[-2:]) or staged(*a))
+    monkeypatch.setattr(_policy, "staged_seconds", lambda *_: 0.0)
+    Backend("cupy").poison()
+    got = gpu_spmm(*args, nnz_hint=a._nnz_hint).astype(np.float64).get()
+    # Not where rows are split: the staged kernel sums a row's overflow alone.
+    split = _policy.split_chunk(a.overflow_indices.size, m, n, np.float32, dtype)
+    assert taken == ([] if split else [_policy.staged_shape(a._parts, m, tile_width, n)])
+    assert np.all(np.abs(got - want) <= 1e-2 * scale + 1e-30)
+
+
+def test_staged_spmm_declines_layouts_it_cannot_hold(rng, monkeypatch):
+    # Float32 values, tiles wider than 256 columns, more than 16 slots, N not a multiple of 8
+    # or a misaligned B take the other ways, with the same products.
+    monkeypatch.setattr(_policy, "STAGED_MIN_WAVES", 0)
+    monkeypatch.setattr(_policy, "staged_seconds", lambda *_: 0.0)
+    monkeypatch.setattr(_spmm, "_staged", lambda *_: pytest.fail("the staged kernel ran"))
+    cases = [(np.float32, 256, 4, 64), (twell.bfloat16, 512, 4, 64),
+             (twell.bfloat16, 256, 17, 64), (twell.bfloat16, 256, 4, 60)]
+    for dtype, tile_width, slots, n in cases:
+        x = _activations(rng, 64, 600, 0.02, dtype)
+        a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
+        rhs = _activations(rng, 600, n, 1.0, dtype)
+        np.testing.assert_array_equal(gpu_spmm(a._parts, a.shape, a.tile_width, rhs,
+                                               np.dtype(dtype)).get(),
+                                      gpu_spmm(a._parts, a.shape, a.tile_width, rhs,
+                                               np.dtype(dtype), way="rows").get())
+    x = _activations(rng, 64, 600, 0.02, twell.bfloat16)
+    a = twell.TwELLMatrix(x, slots=4)
+    rhs = misaligned(cupy, _activations(rng, 600, 64, 1.0, twell.bfloat16))
+    assert rhs.data.ptr % 16
+    gpu_spmm(a._parts, a.shape, a.tile_width, rhs, np.dtype(twell.bfloat16))
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 600), k=st.integers(1, 900), n8=st.integers(1, 40),
+       tile_width=st.sampled_from([8, 100, 128, 256]), slots=st.integers(1, 16),
+       density=st.sampled_from([0.0005, 0.01, 0.05, 0.3]), half=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+def test_staged_spmm_matches_scipy_on_any_shape(m, k, n8, tile_width, slots, density, half,
+                                                seed):
+    # The staged kernel on shapes off its blockings (rows past M, a partial last tile and
+    # column block, overflow of any size), against scipy.sparse's product in float64.
+    rng = np.random.default_rng(seed)
+    dtype = np.float16 if half else twell.bfloat16
+    n = 8 * n8
+    x = _activations(rng, m, k, density, dtype)
+    a = twell.TwELLMatrix(x, tile_width=tile_width, slots=slots)
+    rhs = _activations(rng, k, n, 1.0, dtype)
+    host = scipy.sparse.csr_matrix(x.astype(np.float64).get())
+    want = host @ rhs.astype(np.float64).get()
+    scale = abs(host) @ np.abs(rhs.astype(np.float64).get())
+    Backend("cupy").poison()
+    got = _spmm._staged(a._parts, a.shape, tile_width, rhs, np.dtype(dtype),
+                        8 if slots <= 8 else 16, 2).astype(np.float64).get()
+    assert np.all(np.abs(got - want) <= 1e-2 * scale + 1e-30)
