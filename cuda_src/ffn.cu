@@ -40,6 +40,13 @@ constexpr int kStages = 3;
 constexpr int kWM = 64, kWN = 64;      // warp tile: 8 warps as 2 along M x 4 along N
 constexpr int kMI = kWM / 16, kNI = kWN / 8;  // mma tiles per warp: 4 x 8
 
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -1,5 +1,5 @@
 // mma.cuh: the 16-bit tensor-core step (mma.sync m16n8k16, fp32 accumulation), bf16x2/half2
-// packing, and the cp.async copies into shared memory, shared by spmm.cu and ffn.cu.
+// packing, and the cp.async copy into shared memory, shared by spmm.cu and ffn.cu.
 #pragma once
 
 #include "twell_layout.cuh"
@@ -49,15 +49,6 @@ __device__ inline unsigned smem_address(const void* p) {
 __device__ inline void cp_async16(void* dst, const void* src, bool inside) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                :: "r"(smem_address(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
-}
-
-// The cp.async copies this thread issued since the last commit form one group.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 }  // namespace twell

@@ -411,27 +411,6 @@ def test_dense_product_choice_on_the_measured_shape(sparsity, itemsize, nnz_know
     assert not _policy.dense_product_pays(64, 64, 64, itemsize, 64 * 64)
 
 
-@pytest.mark.parametrize(("sparsity", "staged", "nnz_known", "way"), [
-    (0.99, True, True, "staged"),    # the paper's down projection at 99%
-    (0.995, True, True, "rows"),
-    (0.999, True, True, "rows"),     # too few entries to pay for copying B per 256 rows
-    (0.95, True, True, "dense"),
-    (0.99, False, True, "rows"),     # the staged kernel cannot hold the layout
-    (0.99, True, False, "rows"),     # entry count unknown: no sync to learn it
-])
-def test_spmm_way_on_the_measured_shape(monkeypatch, sparsity, staged, nnz_known, way):
-    from twell._cuda import _policy
-
-    monkeypatch.setattr(_policy, "device_bytes", lambda: 80 << 30)
-    monkeypatch.setattr(_policy, "float32_gemm_is_tf32", lambda: False)
-    m, k, n = 16384, 5632, 2048
-    nnz = round((1 - sparsity) * m * k) if nnz_known else None
-    assert _policy.spmm_way(m, k, n, twell.bfloat16, nnz, staged) == way
-    # The staged kernel's model: a copy of B per block of rows, then a cost per entry.
-    assert _policy.staged_seconds(m, k, n, 0) == pytest.approx(
-        64 * k * n * 2 / _policy.STAGED_COPY_BYTES)
-
-
 @pytest.mark.parametrize("itemsize", [2, 4, 8])
 def test_narrow_products_need_a_denser_matrix_to_densify(itemsize):
     # The densification costs M * K whatever N is: the fewer the columns of B, the denser A

@@ -85,12 +85,6 @@ HALF_DTYPES = (np.dtype(np.float16), bfloat16)
 SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), (8, 4, 1),
                     (8, 2, 2), (8, 1, 4))
 
-#: Slot capacities of the staged SpMM ``twell_spmm_staged<T, Slots, Stages>`` (a layout of
-#: at most ``Slots`` slots takes the smallest that holds them: ``_policy.staged_slots``), and
-#: its pipeline depths (tiles of B in shared memory).
-SPMM_STAGED_SLOTS = (8, 16)
-SPMM_STAGED_STAGES = (2, 3)
-
 #: Lanes per row of the SpMV, narrowest first (``_policy.spmv_lanes``): 1 is
 #: ``twell_spmv_thread_rows`` (a thread per row), the others ``twell_spmv_rows`` (a team).
 SPMV_LANES = (1, 32)
@@ -147,9 +141,7 @@ INSTANCES = {
                    for g, loads in SPMV_ONE_TILE_SHAPES for over in ("false", "true")]
                 + [listed(k) for k in _vectored("twell_spmm_rows")
                    for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
-                + [listed(k) for k in _typed("twell_spmv_thread_rows")]
-                + [f"twell_spmm_staged<{CTYPES[d]}, {s}, {st}>" for d in HALF_DTYPES
-                   for s in SPMM_STAGED_SLOTS for st in SPMM_STAGED_STAGES]),
+                + [listed(k) for k in _typed("twell_spmv_thread_rows")]),
     "reduce.cu": (["twell_count_histogram", "twell_exclusive_scan<int, true>",
                    "twell_exclusive_scan<int, false>", "twell_exclusive_scan<long long, false>"]
                   + [f"twell_find_nonfinite<{CTYPES[d]}, {v}>" for d in HALF_DTYPES

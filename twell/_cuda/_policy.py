@@ -237,93 +237,16 @@ def one_tile_lanes(parts, m):
     return (2 * lanes if room >= ONE_TILE_WIDE_ROOM else lanes), 2
 
 
-def spmm_way(m, k, n, dtype, nnz_hint, staged=False):
-    """How :func:`spmm` runs ``A @ B`` by default: ``"dense"`` (cuBLAS on ``A.toarray()``),
-    ``"staged"`` (``twell_spmm_staged``, where ``staged`` says that it can run the product:
-    :func:`staged_fits`) or ``"rows"`` (the gather kernel), by the conditions listed there
-    and the cost model, without a host sync. ``"dense"`` still falls back to the gather
-    kernel if the temporary cannot be allocated."""
+def spmm_way(m, k, n, dtype, nnz_hint):
+    """How :func:`spmm` runs ``A @ B`` by default: ``"dense"`` (cuBLAS on ``A.toarray()``) or
+    ``"rows"`` (the gather kernel), by the conditions listed there, without a host sync.
+    ``"dense"`` still falls back to the gather kernel if the temporary cannot be allocated."""
     itemsize = np.dtype(dtype).itemsize
     dense = (dense_product_pays(m, k, n, itemsize, nnz_hint)
              and n <= MAX_GRID_Y * 32  # no column chunks (spmm)
              and not (itemsize == 4 and float32_gemm_is_tf32())
              and m * k * itemsize <= device_bytes() // DENSE_SHARE)
-    if staged and nnz_hint is not None:
-        seconds = staged_seconds(m, k, n, nnz_hint)
-        if (seconds < nnz_hint * n * GATHER_SECONDS[itemsize]
-                and not (dense and dense_seconds(m, k, n, itemsize) <= seconds)):
-            return "staged"
     return "dense" if dense else "rows"
-
-
-def dense_seconds(m, k, n, itemsize):
-    """The cost model's time of ``A.toarray() @ B``: the GEMM and the densification."""
-    return m * k * n / GEMM_MACS[itemsize] + m * k * itemsize / DENSIFY_BYTES
-
-
-#: The staged SpMM (``twell_spmm_staged``, 16-bit values) in the cost model: each block of
-#: ``STAGED_ROWS`` rows of A copies all of B into shared memory (``STAGED_COPY_BYTES`` per
-#: second over the card, from L2), then adds each entry times its B row from there
-#: (``STAGED_SECONDS`` per entry and column of B).
-STAGED_ROWS = 256
-STAGED_THREADS = 512  # kStagedThreads: 16 warps of 16 rows
-STAGED_COPY_BYTES = 8e12
-STAGED_SECONDS = 1.0e-13
-
-#: The staged SpMM's widest tile, and the bytes of a B row its blocks stage (128 16-bit
-#: columns): a stage of ``tile_width`` rows takes ``tile_width * STAGED_ROW_BYTES`` bytes of
-#: shared memory.
-STAGED_MAX_TILE = 256
-STAGED_ROW_BYTES = 256
-
-#: The staged SpMM runs only with at least this many blocks per multiprocessor (a block
-#: holds one): fewer leave the card partly idle, which the cost model does not count.
-STAGED_MIN_WAVES = 1
-
-
-def staged_seconds(m, k, n, nnz):
-    """The cost model's time of the staged SpMM (16-bit values)."""
-    return -(-m // STAGED_ROWS) * k * n * 2 / STAGED_COPY_BYTES + nnz * n * STAGED_SECONDS
-
-
-def staged_shape(parts, m, tile_width, n):
-    """``(Slots, Stages)`` of ``twell_spmm_staged`` for the layout and ``n`` columns of B, or
-    None where the kernel cannot run the product or would not fill the device.
-
-    It takes 16-bit values, tiles of at most :data:`STAGED_MAX_TILE` columns, at most
-    ``max(SPMM_STAGED_SLOTS)`` slots, ``n % 8 == 0`` (16-byte chunks of B rows) and
-    :data:`STAGED_MIN_WAVES` blocks per multiprocessor; ``Stages`` (the most of
-    ``SPMM_STAGED_STAGES``) tiles of B in shared memory within the device's limit for a
-    block. No sync: the arrays' shapes and the device's attributes.
-    """
-    slots = parts.data.shape[2]
-    if (parts.data.dtype.itemsize != 2 or tile_width > STAGED_MAX_TILE or n % 8
-            or slots > _compile.SPMM_STAGED_SLOTS[-1]):
-        return None
-    sms, shared = _device_limits()
-    if -(-m // STAGED_ROWS) * -(-n // (STAGED_ROW_BYTES // 2)) < STAGED_MIN_WAVES * sms:
-        return None
-    fits = [s for s in _compile.SPMM_STAGED_STAGES if s * tile_width * STAGED_ROW_BYTES <= shared]
-    if not fits:
-        return None
-    return next(s for s in _compile.SPMM_STAGED_SLOTS if slots <= s), max(fits)
-
-
-def _device_limits():
-    """(multiprocessors, opt-in shared memory of a block in bytes) of the current device."""
-    import cupy
-
-    return _limits(cupy.cuda.Device().id)
-
-
-@functools.cache
-def _limits(device_id):
-    import cupy
-
-    runtime = cupy.cuda.runtime
-    # cudaDevAttrMultiProcessorCount (16), cudaDevAttrMaxSharedMemoryPerBlockOptin (97)
-    return (runtime.deviceGetAttribute(16, device_id),
-            runtime.deviceGetAttribute(97, device_id))
 
 
 def float32_gemm_is_tf32():

@@ -18,13 +18,8 @@ from ._unpack import to_dense
 def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
-    Three ways, chosen without a host synchronisation (:func:`._policy.spmm_way`):
+    Two ways, chosen without a host synchronisation (:func:`._policy.spmm_way`):
 
-    * the staged kernel ``twell_spmm_staged`` (16-bit values, tiles of at most 256 columns,
-      at most 16 slots, ``N % 8 == 0``: :func:`._policy.staged_shape`), where the cost model
-      says it pays (about 0.6% to 1% non-zero at the paper's down projection): each block
-      of 256 rows of A copies B's rows, a tile at a time, into shared memory and adds its
-      entries from there, instead of reading a B row from L2 per entry;
     * the gather kernel ``twell_spmm_rows`` (8 to 32 lanes per row and up to 1024 columns of
       16-bit values, by N and the layout: :func:`._policy.rows_shape`; the B row of each
       entry read from L2; one column takes the SpMV, :func:`spmv`), after
@@ -68,16 +63,7 @@ def spmm_with(matmul, parts, shape, tile_width, b, out_dtype, nnz_hint=None, til
     wide = parts.indices.dtype != _layout.INDEX_DTYPE
     if tile_index is not None and (wide or not _policy.index_pays(parts, m, tile_index)):
         tile_index = None
-    n_over, acc = parts.overflow_indices.size, accumulator_dtype(out_dtype)
-    chunk = _policy.split_chunk(n_over, m, n, acc, out_dtype)
-    # The staged kernel sums a row's overflow alone: not for layouts whose rows are split.
-    staged = None if chunk else _policy.staged_shape(parts, m, tile_width, n)
-    staged = staged if staged and aligned(b) else None
-    way = _policy.spmm_way(m, k, n, out_dtype, nnz_hint, staged is not None)
-    if way == "staged":
-        if staged is not None:
-            return _staged(parts, shape, tile_width, b, out_dtype, *staged)
-        way = "rows"  # a way forced where the staged kernel cannot run
+    way = _policy.spmm_way(m, k, n, out_dtype, nnz_hint)
     run_rows = None  # the gather kernels' gate (below: every row, unless set here)
     out = None
     if way == "dense":
@@ -100,6 +86,8 @@ def spmm_with(matmul, parts, shape, tile_width, b, out_dtype, nnz_hint=None, til
     teams = 32 // shape[1]  # rows (or overflow chunks) per warp
     # Rows with a long overflow are split (split_row in spmm.cu): the parts of their
     # overflow first, a warp per chunk of the overflow, into `partial`.
+    n_over, acc = parts.overflow_indices.size, accumulator_dtype(out_dtype)
+    chunk = _policy.split_chunk(n_over, m, n, acc, out_dtype)
     partial = cupy.empty((2 * -(-n_over // chunk) if chunk else 0, n), dtype=acc)
     if chunk:
         kernel = _compile.function("spmm.cu", instance_n("twell_spmm_overflow_chunks",
@@ -115,28 +103,6 @@ def spmm_with(matmul, parts, shape, tile_width, b, out_dtype, nnz_hint=None, til
     kernel((-(-m // teams), column_blocks), (32,), (
         *common, *args, b, i64(n), run_rows, partial, i32(max(chunk.bit_length() - 1, 0)),
         out))
-    return out
-
-
-#: The dynamic shared memory each staged kernel (by id; _compile keeps them) is allowed.
-_shared_limits = {}
-
-
-def _staged(parts, shape, tile_width, b, out_dtype, slots, stages):
-    """``A @ b`` by ``twell_spmm_staged<T, slots, stages>`` (:func:`._policy.staged_shape`)."""
-    m, k = shape
-    n = b.shape[1]
-    out = cupy.empty((m, n), dtype=out_dtype)
-    kernel = _compile.function("spmm.cu", f"twell_spmm_staged<{_compile.CTYPES[out.dtype]}, "
-                                          f"{slots}, {stages}>")
-    smem = stages * tile_width * _policy.STAGED_ROW_BYTES
-    if _shared_limits.get(id(kernel), 0) < smem:  # a driver call, once per size
-        kernel.max_dynamic_shared_size_bytes = smem
-        _shared_limits[id(kernel)] = smem
-    columns = _policy.STAGED_ROW_BYTES // out.itemsize
-    grid = (-(-m // _policy.STAGED_ROWS), -(-n // columns))
-    kernel(grid, (_policy.STAGED_THREADS,), (*_common_args(parts, shape, tile_width), b, i64(n),
-                                              out), shared_mem=smem)
     return out
 
 
