@@ -33,8 +33,18 @@ print(' '.join(k for k in c.INSTANCES if c.source_file(k) not in c.ARCH_SOURCES)
     python3 -c "import sys; from twell._cuda import _compile as c
 c.function(sys.argv[1], c.INSTANCES[sys.argv[1]][0])" "$key" &
 done
+# The reference extension (bench.py --reference DIR) builds meanwhile, on the CPUs the
+# NVRTC compiles leave (about 30 s): torch keeps the build, and the benchmark then loads it.
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+    if [ "${args[i]}" = --reference ] && [ -z "${SKIP_BENCH:-}" ]; then
+        python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import torch
+from contenders import Reference; Reference(sys.argv[1], torch)" "${args[i + 1]}" \
+            > "$work/reference.log" 2>&1 &
+    fi
+done
 wait
-echo "kernel cache filled in $(( $(date +%s) - start )) s" | tee -a "$summary"
+echo "kernel cache filled (and the reference built) in $(( $(date +%s) - start )) s" | tee -a "$summary"
 for ((j = 0; j < jobs; j++)); do
     (TWELL_SHARD=$j/$jobs TWELL_TEST_LOG="$work/durations.$j.log" \
         timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider -rfE \
