@@ -92,16 +92,16 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WID
     tensor cores and packs it in its epilogue: the dense ``(M, N)`` product is never written to
     memory (``cuda_src/ffn.cu``, mma.sync; on a device of compute capability 9.0, H100/H200,
     ``cuda_src/matmul_pack_sm90.cu``, wgmma fed by TMA, compiled with NVRTC at first use; both
-    give the same bits). It synchronises with the host once, to size the overflow: the GPU waits
-    for the host around that read (about 0.15 ms a call on an H100 at the paper's shape, where
-    the kernel takes 0.53). A layer that only multiplies the result onward runs with no
-    synchronisation, and can be captured in a CUDA graph, as :class:`twell.torch.SparseMLP` or
-    :class:`twell.torch.SparseGatedMLP`: they pack into storage of a fixed capacity on the
-    device. With ``slots="auto"`` the kernel packs at a provisional ``tile_width // 8`` slots
-    (its entries past them spill), the histogram of its per-tile counts gives the slots, the
-    overflow size and the entry count in that one read, and a second kernel (``twell_reslot``)
-    moves every entry to its place; the provisional layout (4 bytes per slot: half a byte per
-    output, a quarter of the dense 16-bit product) lives until the call returns.
+    give the same bits). It synchronises with the host once, to size the overflow, and the GPU
+    waits for the host around that read (the design page measures it). A layer that only
+    multiplies the result onward runs with no synchronisation, and can be captured in a CUDA
+    graph, as :class:`twell.torch.SparseMLP` or :class:`twell.torch.SparseGatedMLP`: they pack
+    into storage of a fixed capacity on the device. With ``slots="auto"`` the kernel packs at a
+    provisional ``tile_width // 8`` slots (its entries past them spill), the histogram of its
+    per-tile counts gives the slots, the overflow size and the entry count in that one read, and
+    a second kernel (``twell_reslot``) moves every entry to its place; the provisional layout (4
+    bytes per slot: half a byte per output, a quarter of the dense 16-bit product) lives until
+    the call returns.
     Besides the result it allocates a spill buffer of ``M * N / 64 + 4096``
     entries (6 bytes each) and 12 bytes per (row, tile) pair; a product whose overflow does
     not fit the spill buffer runs a second time with one of the right size. Every other case
