@@ -46,6 +46,10 @@ _SM90_KERNELS = {"bfloat16": "twell_matmul_pack_sm90_bf16", "float16": "twell_ma
 #: threads (its producer warp in a warpgroup of its own, whose registers go to the consumers).
 _SM90_GATED_KERNELS = {"bfloat16": "twell_gated_pack_sm90_bf16",
                        "float16": "twell_gated_pack_sm90_f16"}
+#: The gated Hopper kernel with a dense epilogue: relu(x @ w_gate.T) * (x @ w_up.T) written
+#: whole, zero where the gate is.
+_SM90_GATED_DENSE_KERNELS = {"bfloat16": "twell_gated_dense_sm90_bf16",
+                             "float16": "twell_gated_dense_sm90_f16"}
 #: Depth of a k tile of the GEMM: the Hopper kernel's x and w boxes are 64 columns wide.
 _MATMUL_DEPTH = 64
 
@@ -425,6 +429,35 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
         kernel(blocks(items, WARPS), (BLOCK,), (
             *common, x, w_up, i64(depth), out, overflow_out))
     return parts._replace(data=out, overflow_data=overflow_out)
+
+
+def gated_dense(x, w_gate, w_up):
+    """The gated layer's hidden values ``relu(x @ w_gate.T) * (x @ w_up.T)`` as a dense
+    ``(M, N)`` array of x's dtype, +0 where the gate is zero, from one Hopper kernel
+    (``twell_gated_dense_sm90_*``): the gated pack's GEMMs and products, its values bit for bit
+    where the gate is non-zero, written whole instead of packed. For a down projection that
+    cuBLAS runs faster than the SpMM: the hidden layer is never densified. The operands pass
+    :func:`._policy.gated_fused` (Hopper). No host synchronisation.
+    """
+    m, k = x.shape
+    n = w_gate.shape[0]
+    out = cupy.empty((m, n), dtype=x.dtype)
+    if m * n == 0:
+        return out
+    if k == 0:
+        out.fill(0)
+        return out
+    bm, bn = _MATMUL_TILE
+    maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm),
+            *(_tma.tensor_map_2d(v, _MATMUL_DEPTH, bn // _SM90_CLUSTER) for v in (w_gate, w_up)))
+    kernel = _compile.function(_policy.SM90_SOURCE, _SM90_GATED_DENSE_KERNELS[x.dtype.name])
+    kernel.max_dynamic_shared_size_bytes = _MATMUL_SM90_SMEM
+    threads = _MATMUL_THREADS["sm90_gated"]
+    pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
+    grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, _MATMUL_SM90_SMEM, threads))
+    kernel((grid,), (threads,), (*maps, i64(m), i64(n), i64(k), out),
+           shared_mem=_MATMUL_SM90_SMEM)
+    return out
 
 
 def without_sync_supported(x, w_gate, w_up, w_down):
