@@ -440,6 +440,16 @@ def test_gated_dense_kernel_writes_the_gated_packs_values_whole(gpu, rng, monkey
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+def test_gated_dense_refuses_an_odd_hidden_size(gpu, rng, monkeypatch):
+    from twell._cuda import _ffn, _policy
+
+    _hopper(gpu)
+    monkeypatch.setattr(_policy, "gated_fused", lambda *_: True)
+    x, w = _fused(gpu, rng, BF16, shape=(128, 64, 255))
+    with pytest.raises(ValueError, match="even hidden size.*255"):
+        _ffn.gated_dense(x, w, w)
+
+
 @pytest.mark.parametrize("dtype, kernel", [(BF16, "twell_matmul_pack_sm90_bf16"),
                                            (F16, "twell_matmul_pack_sm90_f16")],
                          ids=["bf16", "f16"])
