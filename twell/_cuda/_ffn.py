@@ -486,9 +486,16 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     and then the gated up projection :func:`gated_up`; the down projection is the SpMM, the
     ways of the up and down projections chosen by ``nnz_hint`` (the hidden layer's expected
     entries; None: the gather kernels); then :func:`ffn_fixup` recomputes the rows whose
-    overflow did not fit the capacity, so that nothing is lost. Each kernel is deterministic:
+    overflow did not fit the capacity, so that nothing is lost. Where
+    :func:`._policy.dense_hidden` says so (a gated layer on Hopper whose gate's ``nnz_hint``
+    makes cuBLAS's down projection beat the gather), the hidden layer is instead written dense
+    by :func:`gated_dense` and multiplied by cuBLAS: nothing is packed, nothing overflows.
+    Each kernel is deterministic:
     the same inputs give the same bits, eagerly or replayed.
     """
+    w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
+    if w_gate is not None and _policy.dense_hidden(x, w_gate, w_up, w_down, nnz_hint):
+        return _cublas.matmul(gated_dense(x, w_gate, w_up), w_down_t)
     tile_width = _layout.GEMM_TILE_WIDTH
     first = w_up if w_gate is None else w_gate
     fused = None if w_gate is None else _fused_up(x, w_gate, w_up, nnz_hint)
@@ -496,7 +503,6 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     shape = (x.shape[0], first.shape[0])
     if w_gate is not None:
         parts = _gated(parts, x, w_gate, w_up, fused, tile_width, nnz_hint)
-    w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
     y = spmm_with(_cublas.matmul, parts, shape, tile_width, w_down_t, x.dtype,
                   nnz_hint=nnz_hint)
     ffn_fixup(loss, x, w_gate, w_up, w_down_t, y)
