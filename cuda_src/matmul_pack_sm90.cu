@@ -68,7 +68,7 @@ constexpr int kWordBytes = 8 * 256 * 16;                // pack_accumulators' wo
 // boxes of 64 x 128; w: (N, K) boxes of 64 x 128, half a w tile; both 128-byte swizzle, zero
 // fill). Persistent clusters of 2 CTAs: cluster c computes the tile pairs c, c + clusters,
 // ... (pair p: row blocks 2 (p / col_blocks) + rank of column block p % col_blocks).
-template <typename T, bool Gated = false>
+template <typename T, bool Gated = false, bool DenseOut = false>
 __device__ __forceinline__ void matmul_pack_sm90(
     const TensorMap& tmap_x, const TensorMap& tmap_w, const TensorMap& tmap_u, long long n_rows,
     long long n_cols,
@@ -152,7 +152,11 @@ __device__ __forceinline__ void matmul_pack_sm90(
         unsigned gate[64], flags[2][2];
         gate_words<T>(d, gate, flags);
         k_loop();
-        if (row0(p) < n_rows)  // else a padding CTA past M
+        if constexpr (DenseOut) {
+          if (row0(p) < n_rows)  // else a padding CTA past M
+            store_gated_dense<T>(gate, d, data, row0(p), col0(p), n_rows, n_cols, tid / 128,
+                                 tid % 128 / kWarp, lane);
+        } else if (row0(p) < n_rows)  // else a padding CTA past M
           pack_gated_accumulators<T>(gate, flags, d, words, row0(p), col0(p), n_rows, n_cols,
                                      tile_width, slots, zero_fill != 0, totals, counts, data,
                                      indices, spill_start, spill_indices, spill_data,
@@ -211,7 +215,24 @@ __device__ __forceinline__ void matmul_pack_sm90(
                               spill_indices, spill_data, spill_capacity, spill_used);       \
   }
 
+// The gated layer's hidden values relu(x @ w_gate^T) * (x @ w_up^T), zero where the gate is,
+// written dense into out (M x N, row-major): the gated kernel's GEMMs and products with a
+// dense epilogue, for a down projection that cuBLAS runs faster than the SpMM (the same grid,
+// threads and shared memory as twell_gated_pack_sm90_*; its pack words unused).
+#define TWELL_GATED_DENSE_SM90(name, T)                                                      \
+  extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                               \
+      __launch_bounds__(kGatedThreads, 1) name(                                              \
+      const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,   \
+      const __grid_constant__ TensorMap tmap_u, long long n_rows, long long n_cols,         \
+      long long depth, T* __restrict__ out) {                                               \
+    matmul_pack_sm90<T, true, true>(tmap_x, tmap_w, tmap_u, n_rows, n_cols, depth,          \
+                                    gemm::kBN, 1, 0, nullptr, nullptr, out, nullptr,        \
+                                    nullptr, nullptr, nullptr, 0, nullptr);                 \
+  }
+
 TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_bf16, __nv_bfloat16)
 TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_f16, __half)
 TWELL_GATED_PACK_SM90(twell_gated_pack_sm90_bf16, __nv_bfloat16)
 TWELL_GATED_PACK_SM90(twell_gated_pack_sm90_f16, __half)
+TWELL_GATED_DENSE_SM90(twell_gated_dense_sm90_bf16, __nv_bfloat16)
+TWELL_GATED_DENSE_SM90(twell_gated_dense_sm90_f16, __half)

@@ -415,6 +415,24 @@ template <> __device__ __forceinline__ unsigned times_pack2<__half>(unsigned two
   return *reinterpret_cast<const unsigned*>(&v);
 }
 
+// times_pack2 where a zero of the word (either sign) gives +0 whatever its float holds
+// (0 * Inf would be NaN): the dense hidden layer's zeros are those the TwELL one leaves out.
+template <typename T> __device__ unsigned gated_pack2(unsigned two, float lo, float hi);
+template <> __device__ __forceinline__ unsigned gated_pack2<__nv_bfloat16>(unsigned two,
+                                                                           float lo, float hi) {
+  const float g0 = __uint_as_float(two << 16), g1 = __uint_as_float(two & 0xffff0000u);
+  const __nv_bfloat162 v =
+      __floats2bfloat162_rn(g0 != 0.0f ? g0 * lo : 0.0f, g1 != 0.0f ? g1 * hi : 0.0f);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+template <> __device__ __forceinline__ unsigned gated_pack2<__half>(unsigned two, float lo,
+                                                                    float hi) {
+  const float2 g = __half22float2(*reinterpret_cast<const __half2*>(&two));
+  const __half2 v =
+      __floats2half2_rn(g.x != 0.0f ? g.x * lo : 0.0f, g.y != 0.0f ? g.y * hi : 0.0f);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
 // The gated layer's hidden values packed as pack_accumulators packs relu(acc): the entries
 // are the gate's non-zeros (gate and flags: gate_words of the gate's accumulators), each
 // value the gate's T times the up projection's accumulator d, rounded once to T
@@ -438,6 +456,37 @@ __device__ __forceinline__ void pack_gated_accumulators(
                 words, m0, n0, n_rows, n_cols, tile_width, slots, zero_fill, totals, counts,
                 data, indices, spill_start, spill_indices, spill_data, spill_capacity,
                 spill_used, wg, warp, lane);
+}
+
+// The gated layer's hidden values relu(gate) * up written dense into `out` (row-major, n_cols
+// a row, n_cols even), rounded once to T as pack_gated_accumulators rounds them: this
+// consumer thread's two rows of the block at (m0, n0). Where the gate is zero the value is
+// +0 whatever the up projection holds (gated_pack2): the dense matrix holds what the TwELL
+// one holds, zeros where it stores no entry. Rows past M and columns past N are not written.
+// Even N keeps every word of two columns one aligned 32-bit store; the odd case's 16-bit
+// stores spill the f16 instance (nvcc), and hidden sizes are even, so the launcher takes
+// even N only.
+template <typename T>
+__device__ __forceinline__ void store_gated_dense(
+    const unsigned (&gate)[64], const float (&d)[128], T* __restrict__ out, long long m0,
+    long long n0, long long n_rows, long long n_cols, int wg, int warp, int lane) {
+  // The launcher keeps M and N below 2^31: the columns left in the block fit an int, and
+  // with N even so does a word's second column whenever its first does.
+  const int left = static_cast<int>(min(n_cols - n0, static_cast<long long>(gemm::kBN))) -
+                   2 * (lane & 3);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // Row half h: row m0 + 64 wg + 16 warp + lane / 4 + 8 h.
+    const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
+    if (row >= n_rows) continue;
+    T* const at = out + row * n_cols + n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      if (8 * j >= left) break;
+      *reinterpret_cast<unsigned*>(at + 8 * j) =
+          gated_pack2<T>(gate[2 * j + h], d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    }
+  }
 }
 
 }  // namespace twell

@@ -113,6 +113,36 @@ def test_layer_without_sync_is_the_dense_layer(rng, monkeypatch, gated, nnz_hint
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["f16", "bf16"])
+def test_a_dense_enough_gated_layer_runs_with_its_hidden_layer_dense(rng, monkeypatch, dtype):
+    # Past _policy.dense_hidden_pays's density (the hint; no floor on the work) the gated
+    # layer is the gated kernel's dense hidden layer times w_down by cuBLAS: the bits of
+    # cuBLAS on the gated pack's matrix, and the float64 layer. Below it, or for an odd
+    # hidden size, the hidden layer is packed.
+    if _policy.matmul_variant(*layer_inputs(rng, 8, 64, 64, 0.0)[:2]) != "sm90":
+        pytest.skip("the dense hidden layer comes from the gated Hopper kernel (sm_90)")
+    monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 0)
+    ran = []
+    dense = _ffn.gated_dense
+    monkeypatch.setattr(_ffn, "gated_dense", lambda *a: ran.append(a[0].shape) or dense(*a))
+    x, wg, wu, wd = layer_inputs(rng, 300, 256, 1024, 0.13, dtype)
+    m, h = 300, 1024
+    y = _ffn.sparse_ffn_without_sync(x, wg, wu, wd, 3, nnz_hint=m * h // 20)
+    assert ran == [(m, 256)]
+    packed, _ = _ffn.matmul_pack(x, wg, 256, 3, w_up=wu)
+    hidden = twell.TwELLMatrix._from_parts(packed, (m, h), 256).toarray()
+    want = _cublas.matmul(hidden, cupy.ascontiguousarray(wd.T))
+    np.testing.assert_array_equal(y.get().view(np.uint16), want.get().view(np.uint16))
+    assert rel(y, dense_layer(x, wg, wu, wd)) <= 2e-2
+    # 0.5% non-zero: the gather beats the GEMM, so the hidden layer is packed.
+    sparse = _ffn.sparse_ffn_without_sync(x, wg, wu, wd, 3, nnz_hint=m * h // 200)
+    assert ran == [(m, 256)] and rel(sparse, dense_layer(x, wg, wu, wd)) <= 2e-2
+    # An odd hidden size: the dense epilogue's aligned words do not fit it.
+    x, wg, wu, wd = layer_inputs(rng, 300, 256, 1023, 0.13, dtype)
+    odd = _ffn.sparse_ffn_without_sync(x, wg, wu, wd, 3, nnz_hint=m * 1023 // 20)
+    assert ran == [(m, 256)] and rel(odd, dense_layer(x, wg, wu, wd)) <= 2e-2
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("trans_b", [False, True], ids=["ab", "abT"])
 def test_twells_cublas_gemm_is_the_float64_product(rng, dtype, trans_b):
     a = cupy.asarray(cast(rng.standard_normal((70, 48)), dtype))

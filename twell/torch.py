@@ -310,7 +310,9 @@ class _SparseFFN(nn.Module):
         call after it runs without a host synchronisation, so that ``torch.cuda.graph`` can
         capture it (replays give the eager calls' bits): the overflow past the slots lives in
         buffers of a fixed capacity, and the rows of an input whose overflow exceeds it are
-        recomputed on the device (``twell._cuda._ffn.sparse_ffn_without_sync``). Setting
+        recomputed on the device (``twell._cuda._ffn.sparse_ffn_without_sync``). A gated
+        layer on an H100 or H200 whose hidden layer is denser than about 0.85% writes it
+        dense instead and multiplies it by cuBLAS, which is faster there. Setting
         :attr:`slots` starts over. Capturing a layer of other dtypes is a RuntimeError. On a
         GPU the layer keeps ``down_proj.weight`` transposed too (a second copy of it, made
         again when the weight changes), the layout its down projection reads."""

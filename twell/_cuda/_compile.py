@@ -153,7 +153,8 @@ INSTANCES = {
                + [f"twell_ffn_fixup<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
                   for v in (1, vector_width(d))]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16",
-                            "twell_gated_pack_sm90_bf16", "twell_gated_pack_sm90_f16"],
+                            "twell_gated_pack_sm90_bf16", "twell_gated_pack_sm90_f16",
+                            "twell_gated_dense_sm90_bf16", "twell_gated_dense_sm90_f16"],
 }
 #: The instances for wide tiles (:data:`WIDE`): those of the narrow table whose kernel reads or
 #: writes ``indices``, but the dense pack's staged shapes (a wide tile takes one pair per warp)

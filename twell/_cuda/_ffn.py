@@ -46,6 +46,10 @@ _SM90_KERNELS = {"bfloat16": "twell_matmul_pack_sm90_bf16", "float16": "twell_ma
 #: threads (its producer warp in a warpgroup of its own, whose registers go to the consumers).
 _SM90_GATED_KERNELS = {"bfloat16": "twell_gated_pack_sm90_bf16",
                        "float16": "twell_gated_pack_sm90_f16"}
+#: The gated Hopper kernel with a dense epilogue: relu(x @ w_gate.T) * (x @ w_up.T) written
+#: whole, zero where the gate is.
+_SM90_GATED_DENSE_KERNELS = {"bfloat16": "twell_gated_dense_sm90_bf16",
+                             "float16": "twell_gated_dense_sm90_f16"}
 #: Depth of a k tile of the GEMM: the Hopper kernel's x and w boxes are 64 columns wide.
 _MATMUL_DEPTH = 64
 
@@ -427,6 +431,38 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     return parts._replace(data=out, overflow_data=overflow_out)
 
 
+def gated_dense(x, w_gate, w_up):
+    """The gated layer's hidden values ``relu(x @ w_gate.T) * (x @ w_up.T)`` as a dense
+    ``(M, N)`` array of x's dtype, +0 where the gate is zero, from one Hopper kernel
+    (``twell_gated_dense_sm90_*``): the gated pack's GEMMs and products, its values bit for bit
+    where the gate is non-zero, written whole instead of packed. For a down projection that
+    cuBLAS runs faster than the SpMM: the hidden layer is never densified. The operands pass
+    :func:`._policy.gated_fused` (Hopper) and N (the hidden size) is even: the kernel writes
+    each two columns as one aligned 32-bit word. No host synchronisation.
+    """
+    m, k = x.shape
+    n = w_gate.shape[0]
+    if n % 2:
+        raise ValueError(f"gated_dense needs an even hidden size (w_gate.shape[0]); got {n}")
+    out = cupy.empty((m, n), dtype=x.dtype)
+    if m * n == 0:
+        return out
+    if k == 0:
+        out.fill(0)
+        return out
+    bm, bn = _MATMUL_TILE
+    maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm),
+            *(_tma.tensor_map_2d(v, _MATMUL_DEPTH, bn // _SM90_CLUSTER) for v in (w_gate, w_up)))
+    kernel = _compile.function(_policy.SM90_SOURCE, _SM90_GATED_DENSE_KERNELS[x.dtype.name])
+    kernel.max_dynamic_shared_size_bytes = _MATMUL_SM90_SMEM
+    threads = _MATMUL_THREADS["sm90_gated"]
+    pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
+    grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, _MATMUL_SM90_SMEM, threads))
+    kernel((grid,), (threads,), (*maps, i64(m), i64(n), i64(k), out),
+           shared_mem=_MATMUL_SM90_SMEM)
+    return out
+
+
 def without_sync_supported(x, w_gate, w_up, w_down):
     """Whether :func:`sparse_ffn_without_sync` takes these CuPy arrays: one 16-bit dtype, and
     the first projection's operands :func:`matmul_pack_supported` at tile width 256."""
@@ -450,9 +486,16 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     and then the gated up projection :func:`gated_up`; the down projection is the SpMM, the
     ways of the up and down projections chosen by ``nnz_hint`` (the hidden layer's expected
     entries; None: the gather kernels); then :func:`ffn_fixup` recomputes the rows whose
-    overflow did not fit the capacity, so that nothing is lost. Each kernel is deterministic:
+    overflow did not fit the capacity, so that nothing is lost. Where
+    :func:`._policy.dense_hidden` says so (a gated layer on Hopper whose gate's ``nnz_hint``
+    makes cuBLAS's down projection beat the gather), the hidden layer is instead written dense
+    by :func:`gated_dense` and multiplied by cuBLAS: nothing is packed, nothing overflows.
+    Each kernel is deterministic:
     the same inputs give the same bits, eagerly or replayed.
     """
+    w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
+    if w_gate is not None and _policy.dense_hidden(x, w_gate, w_up, w_down, nnz_hint):
+        return _cublas.matmul(gated_dense(x, w_gate, w_up), w_down_t)
     tile_width = _layout.GEMM_TILE_WIDTH
     first = w_up if w_gate is None else w_gate
     fused = None if w_gate is None else _fused_up(x, w_gate, w_up, nnz_hint)
@@ -460,7 +503,6 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     shape = (x.shape[0], first.shape[0])
     if w_gate is not None:
         parts = _gated(parts, x, w_gate, w_up, fused, tile_width, nnz_hint)
-    w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
     y = spmm_with(_cublas.matmul, parts, shape, tile_width, w_down_t, x.dtype,
                   nnz_hint=nnz_hint)
     ffn_fixup(loss, x, w_gate, w_up, w_down_t, y)

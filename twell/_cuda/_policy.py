@@ -320,6 +320,32 @@ def gated_fused(x, w_gate, w_up, nnz_hint=None):
             and matmul_variant(x, w_gate) == "sm90")
 
 
+def dense_hidden(x, w_gate, w_up, w_down, nnz_hint):
+    """Whether the gated layer runs with its hidden layer dense (``_ffn.gated_dense``: the
+    gated Hopper kernel writing ``relu(gate) * up`` whole, then cuBLAS's down projection)
+    rather than packed and multiplied by the SpMM: where the gated kernel runs
+    (:func:`gated_fused`), the hidden size is even (the dense epilogue's 32-bit stores) and
+    the gate's expected ``nnz_hint`` entries make the SpMM's gather slower than the down
+    projection's GEMM (:func:`dense_hidden_pays`); the ``M x hidden`` hidden layer takes at
+    most 1/8 of the device's memory. ``nnz_hint=None`` answers False. No host sync."""
+    m, h = x.shape[0], w_gate.shape[0]
+    return (nnz_hint is not None and h % 2 == 0
+            and dense_hidden_pays(m, h, w_down.shape[0], nnz_hint)
+            and m * h * x.dtype.itemsize <= device_bytes() // DENSE_SHARE
+            and gated_fused(x, w_gate, w_up, nnz_hint))
+
+
+def dense_hidden_pays(m, h, d, nnz):
+    """Whether the down projection of a hidden layer ``(m, h)`` with ``nnz`` entries to
+    ``d`` columns is faster by cuBLAS on the dense hidden layer than by the gather kernel
+    on the packed one, 16-bit values, in the model of :func:`dense_product_density` less its
+    densification (the dense epilogue writes the hidden layer instead of packing it):
+    ``nnz * d * GATHER_SECONDS > m * h * d / GEMM_MACS``, about 0.85% non-zero."""
+    if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
+        return False
+    return nnz * d * GATHER_SECONDS[2] > m * h * d / GEMM_MACS[2]
+
+
 #: Density of the gate from which the gated Hopper kernel's up projection (a second GEMM,
 #: whatever the density) beats one dot product per gate entry (:func:`fused_up_pays`).
 #: Measured at the paper's shape, the module replayed from a CUDA graph, in two full runs on
