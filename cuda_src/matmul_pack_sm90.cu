@@ -154,7 +154,7 @@ __device__ __forceinline__ void matmul_pack_sm90(
         k_loop();
         if constexpr (DenseOut) {
           if (row0(p) < n_rows)  // else a padding CTA past M
-            store_gated_dense<T>(gate, d, data, row0(p), col0(p), n_rows, n_cols, tid / 128,
+            store_gated_dense<T>(gate, d, data, words, row0(p), col0(p), n_rows, n_cols, tid / 128,
                                  tid % 128 / kWarp, lane);
         } else if (row0(p) < n_rows)  // else a padding CTA past M
           pack_gated_accumulators<T>(gate, flags, d, words, row0(p), col0(p), n_rows, n_cols,

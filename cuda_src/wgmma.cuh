@@ -463,29 +463,47 @@ __device__ __forceinline__ void pack_gated_accumulators(
 // consumer thread's two rows of the block at (m0, n0). Where the gate is zero the value is
 // +0 whatever the up projection holds (gated_pack2): the dense matrix holds what the TwELL
 // one holds, zeros where it stores no entry. Rows past M and columns past N are not written.
-// Even N keeps every word of two columns one aligned 32-bit store; the odd case's 16-bit
-// stores spill the f16 instance (nvcc), and hidden sizes are even, so the launcher takes
-// even N only.
+// Each warp stages a row half (8 rows x 512 bytes, 4 KB of `words`) and writes each row
+// whole, 16 bytes a lane, instead of 16-byte pieces of 8 rows an instruction. Chunk j of
+// row r lies at chunk j ^ r: the 8 rows' words of one j fall in distinct banks.
 template <typename T>
 __device__ __forceinline__ void store_gated_dense(
-    const unsigned (&gate)[64], const float (&d)[128], T* __restrict__ out, long long m0,
-    long long n0, long long n_rows, long long n_cols, int wg, int warp, int lane) {
-  // The launcher keeps M and N below 2^31: the columns left in the block fit an int, and
-  // with N even so does a word's second column whenever its first does.
-  const int left = static_cast<int>(min(n_cols - n0, static_cast<long long>(gemm::kBN))) -
-                   2 * (lane & 3);
+    const unsigned (&gate)[64], const float (&d)[128], T* __restrict__ out, void* words,
+    long long m0, long long n0, long long n_rows, long long n_cols, int wg, int warp, int lane) {
+  uint4* const stage = static_cast<uint4*>(words) + (wg * 4 + warp) * 256;
+  const int q = lane & 3, r = lane >> 2;
+  const int left = static_cast<int>(min(n_cols - n0, static_cast<long long>(gemm::kBN)));
+  const bool vec = (n_cols & 7) == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // Row half h: row m0 + 64 wg + 16 warp + lane / 4 + 8 h.
-    const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
-    if (row >= n_rows) continue;
-    T* const at = out + row * n_cols + n0 + 2 * (lane & 3);
+    // Chunk j of row r at chunk j ^ r: the row's 512-byte line is 512-aligned, so the
+    // address is one xor of a per-thread base with the constant 16 j.
+    const unsigned long long line =
+        reinterpret_cast<unsigned long long>(stage + r * 32 + r) + 4 * q;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      if (8 * j >= left) break;
-      *reinterpret_cast<unsigned*>(at + 8 * j) =
+    for (int j = 0; j < 32; ++j)
+      *reinterpret_cast<unsigned*>(line ^ (16u * j)) =
           gated_pack2<T>(gate[2 * j + h], d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    __syncwarp();
+#pragma unroll 1
+    for (int rr = 0; rr < 8; ++rr) {
+      const long long row = m0 + wg * 64 + 16 * warp + rr + 8 * h;
+      const uint4 v = stage[rr * 32 + (lane ^ rr)];
+      if (row < n_rows && 8 * lane < left) {
+        T* const at = out + row * n_cols + n0 + 8 * lane;
+        const int words_left = (left - 8 * lane) >> 1;
+        if (vec && words_left >= 4) {
+          *reinterpret_cast<uint4*>(at) = v;
+        } else {
+          unsigned* const w = reinterpret_cast<unsigned*>(at);
+          w[0] = v.x;
+          if (words_left > 1) w[1] = v.y;
+          if (words_left > 2) w[2] = v.z;
+          if (words_left > 3) w[3] = v.w;
+        }
+      }
     }
+    __syncwarp();
   }
 }
 
