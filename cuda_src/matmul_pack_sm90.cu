@@ -218,7 +218,7 @@ __device__ __forceinline__ void matmul_pack_sm90(
 // The gated layer's hidden values relu(x @ w_gate^T) * (x @ w_up^T), zero where the gate is,
 // written dense into out (M x N, row-major): the gated kernel's GEMMs and products with a
 // dense epilogue, for a down projection that cuBLAS runs faster than the SpMM (the same grid,
-// threads and shared memory as twell_gated_pack_sm90_*; its pack words unused).
+// threads and shared memory as twell_gated_pack_sm90_*; the pack's `words` stage the rows).
 #define TWELL_GATED_DENSE_SM90(name, T)                                                      \
   extern "C" __global__ void __cluster_dims__(kCluster, 1, 1)                               \
       __launch_bounds__(kGatedThreads, 1) name(                                              \

@@ -476,8 +476,8 @@ __device__ __forceinline__ void store_gated_dense(
   const bool vec = (n_cols & 7) == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // Chunk j of row r at chunk j ^ r: the row's 512-byte line is 512-aligned, so the
-    // address is one xor of a per-thread base with the constant 16 j.
+    // The row's 512-byte line is 512-aligned, so chunk j ^ r is one xor of a per-thread
+    // base with the constant 16 j.
     const unsigned long long line =
         reinterpret_cast<unsigned long long>(stage + r * 32 + r) + 4 * q;
 #pragma unroll

@@ -603,35 +603,24 @@ def test_gated_up_way_follows_the_cost_model(gpu, nnz, way):
     assert _policy.gated_up_way(16384, 5632, 2048, F32, 10**8) == "dot"
 
 
-def test_dense_up_pays_from_about_one_percent():
-    # The cost model alone (no GPU): at the paper's gate (16384 x 5632, d_model 2048) the
-    # whole product pays between 0.5% and 2% non-zero, never for an unknown count or a small
-    # product, and once it pays it pays for every denser gate.
+@pytest.mark.parametrize("model, pays_at", [("dense_up_pays", 0.02), ("dense_hidden_pays", 0.01)],
+                         ids=["up", "hidden"])
+def test_dense_ways_pay_from_about_one_percent(model, pays_at):
+    # The cost models alone (no GPU), at the paper's layer (16384 x 5632, d_model 2048): the
+    # gated up projection's whole product pays between 0.5% and 2% of the gate non-zero, and
+    # cuBLAS's down projection on the dense hidden layer beats the gather between 0.5% and
+    # 1% (0.85% in the model); neither for an unknown count or a small product, and once one
+    # pays it pays for every denser layer.
     from twell._cuda import _policy
 
+    pays = getattr(_policy, model)
     m, h, d = 16384, 5632, 2048
-    assert not _policy.dense_up_pays(m, h, d, None)
-    assert not _policy.dense_up_pays(m, h, d, int(0.005 * m * h))
-    assert _policy.dense_up_pays(m, h, d, int(0.02 * m * h))
-    assert not _policy.dense_up_pays(64, 64, 64, 64 * 64)
-    pays = [_policy.dense_up_pays(m, h, d, int(p * m * h)) for p in np.linspace(0, 1, 101)]
-    assert pays == sorted(pays)
-
-
-def test_dense_hidden_pays_from_about_one_percent():
-    # The cost model alone (no GPU): at the paper's layer (16384 x 5632, d_model 2048) cuBLAS's
-    # down projection on the dense hidden layer beats the gather between 0.5% and 1%
-    # non-zero (0.85% in the model), never for an unknown count or a small product, and once
-    # it pays it pays for every denser hidden layer.
-    from twell._cuda import _policy
-
-    m, h, d = 16384, 5632, 2048
-    assert not _policy.dense_hidden_pays(m, h, d, None)
-    assert not _policy.dense_hidden_pays(m, h, d, int(0.005 * m * h))
-    assert _policy.dense_hidden_pays(m, h, d, int(0.01 * m * h))
-    assert not _policy.dense_hidden_pays(64, 64, 64, 64 * 64)
-    pays = [_policy.dense_hidden_pays(m, h, d, int(p * m * h)) for p in np.linspace(0, 1, 101)]
-    assert pays == sorted(pays)
+    assert not pays(m, h, d, None)
+    assert not pays(m, h, d, int(0.005 * m * h))
+    assert pays(m, h, d, int(pays_at * m * h))
+    assert not pays(64, 64, 64, 64 * 64)
+    answers = [pays(m, h, d, int(p * m * h)) for p in np.linspace(0, 1, 101)]
+    assert answers == sorted(answers)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["gate-then-up", "gated-kernel"])

@@ -437,8 +437,9 @@ def gated_dense(x, w_gate, w_up):
     (``twell_gated_dense_sm90_*``): the gated pack's GEMMs and products, its values bit for bit
     where the gate is non-zero, written whole instead of packed. For a down projection that
     cuBLAS runs faster than the SpMM: the hidden layer is never densified. The operands pass
-    :func:`._policy.gated_fused` (Hopper) and N (the hidden size) is even: the kernel writes
-    each two columns as one aligned 32-bit word. No host synchronisation.
+    :func:`._policy.gated_fused` (Hopper) and N (the hidden size) is even: every row starts
+    at a 4-byte boundary, so that each two columns are one aligned 32-bit word. No host
+    synchronisation.
     """
     m, k = x.shape
     n = w_gate.shape[0]
