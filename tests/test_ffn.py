@@ -628,8 +628,8 @@ def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng,
                                                                         fused):
     # A gate ~16% non-zero on a product past DENSE_PRODUCT_MIN_WORK (512 x 8192 x 1024): the
     # layer computes x @ w_up.T whole (once), by cuBLAS after the gate's pack or inside the
-    # gated Hopper kernel (then no separate GEMM), and is still the float64 layer within bf16
-    # rounding.
+    # gated Hopper kernel (then no separate GEMM, and at this density the hidden layer is
+    # written dense), and is still the float64 layer within bf16 rounding.
     from twell._cuda import _ffn, _policy
 
     if fused:
@@ -645,3 +645,42 @@ def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng,
     assert calls == ([] if fused else [(8192, 1024)])
     want = (np.maximum(_f64(x) @ _f64(wg).T, 0) * (_f64(x) @ _f64(wu).T)) @ _f64(wd).T
     assert rel_err(_f64(gpu.to_host(got)), want) <= 1e-2
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_gpu_sparse_ffn_chooses_its_way_by_a_sample_of_the_gate(gpu, rng, monkeypatch, dtype):
+    # On Hopper sparse_ffn estimates the gate's entries from GATE_SAMPLE_ROWS rows spread over
+    # x and chooses as the modules choose by their first call: at ~16% non-zero (the work
+    # floor lifted) the hidden layer is written dense and multiplied by cuBLAS, with the bits
+    # of that product; at ~0.1% (below FUSED_UP_MIN_DENSITY) the gate is packed alone and the
+    # up projection is the dot products at its entries. Either way the float64 layer.
+    import cupy
+
+    from twell._cuda import _cublas, _ffn, _policy
+
+    _hopper(gpu)
+    monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 0)
+    real = {name: getattr(_ffn, name) for name in ("gated_dense", "gated_up")}
+    ran = []
+    for name, f in real.items():
+        monkeypatch.setattr(_ffn, name,
+                            lambda *a, f=f, name=name, **k: ran.append(name) or f(*a, **k))
+    m, d_model, hidden = 1500, 128, 512
+    for bias, way in [(1.0, "gated_dense"), (3.1, "gated_up")]:
+        host = _weights(rng, m, d_model, hidden, bias, dtype)
+        x, wg, wu, wd = (gpu.asarray(a) for a in host)
+        exact = matmul_to_twell(x, wg, tile_width=256).nnz
+        assert exact > 0
+        assert abs(_ffn.gate_nnz_hint(x, wg, wu) - exact) <= 0.25 * exact
+        ran.clear()
+        gpu.poison()
+        got = sparse_ffn(x, wg, wu, wd)
+        assert ran == [way]
+        if way == "gated_dense":
+            out = cupy.empty((m, d_model), dtype=dtype)
+            want = _cublas.gemm(real["gated_dense"](x, wg, wu), wd, out, trans_b=True)
+            np.testing.assert_array_equal(gpu.to_host(got).view(np.uint16),
+                                          gpu.to_host(want).view(np.uint16))
+        x, wg, wu, wd = (_f64(a) for a in host)
+        want = (np.maximum(x @ wg.T, 0) * (x @ wu.T)) @ wd.T
+        assert rel_err(_f64(gpu.to_host(got)), want) <= 1e-2

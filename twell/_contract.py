@@ -64,15 +64,25 @@ class Backend(Protocol):
     def matmul_pack_supported(self, x, w, tile_width):
         """Whether :meth:`matmul_pack` takes these operands."""
 
-    def matmul_pack(self, x, w, tile_width, slots, w_up=None):
+    def matmul_pack(self, x, w, tile_width, slots, w_up=None, nnz_hint=None):
         """``relu(x @ w.T)`` packed: ``(parts, nnz)``; products accumulate in float32 and
         round once to the operands' dtype. With ``w_up`` (of ``w``'s shape, passing
         :meth:`matmul_pack_supported` with ``x``), the gated layer's hidden values: the
         entries of ``relu(x @ w.T)``, each times ``x[row] . w_up[col]``, as
-        :meth:`gated_up` computes them."""
+        :meth:`gated_up` computes them; ``nnz_hint`` (the gate's expected entries, from
+        :meth:`gate_nnz_hint`) may choose how."""
 
-    def matmul_pack_auto(self, x, w, tile_width, w_up=None):
+    def matmul_pack_auto(self, x, w, tile_width, w_up=None, nnz_hint=None):
         """:meth:`matmul_pack` with ``slots="auto"`` (the gate's): ``(parts, slots, nnz)``."""
+
+    def gate_nnz_hint(self, x, w_gate, w_up):
+        """The gate ``relu(x @ w_gate.T)``'s expected entries where the backend's choice of
+        the gated layer's way depends on them (estimated, one host synchronisation on the
+        GPU), else None."""
+
+    def dense_hidden_ffn(self, x, w_gate, w_up, w_down, nnz_hint):
+        """The gated layer computed with its hidden layer dense where the backend does so
+        for the gate's expected ``nnz_hint`` entries, else None."""
 
     def gated_up(self, parts, shape, tile_width, x, w_up, nnz_hint=None):
         """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``."""

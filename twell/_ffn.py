@@ -139,17 +139,18 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WID
     return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
 
 
-def _fused_pack(be, x, w, tile_width, slots, w_up=None):
-    """``relu(x @ w.T)`` (with ``w_up``: the gated layer's hidden values at its non-zeros)
-    from the backend's fused GEMM -> TwELL, for operands that
-    ``be.matmul_pack_supported`` takes, ``tile_width`` and ``slots`` checked."""
+def _fused_pack(be, x, w, tile_width, slots, w_up=None, nnz_hint=None):
+    """``relu(x @ w.T)`` (with ``w_up``: the gated layer's hidden values at its non-zeros,
+    their way chosen by the gate's expected ``nnz_hint`` entries) from the backend's fused
+    GEMM -> TwELL, for operands that ``be.matmul_pack_supported`` takes, ``tile_width`` and
+    ``slots`` checked."""
     shape = (x.shape[0], w.shape[0])
     if slots == "auto":
         check_storage(shape, tile_width)
-        parts, slots, nnz = be.matmul_pack_auto(x, w, tile_width, w_up=w_up)
+        parts, slots, nnz = be.matmul_pack_auto(x, w, tile_width, w_up=w_up, nnz_hint=nnz_hint)
     else:
         check_storage(shape, tile_width, slots)
-        parts, nnz = be.matmul_pack(x, w, tile_width, slots, w_up=w_up)
+        parts, nnz = be.matmul_pack(x, w, tile_width, slots, w_up=w_up, nnz_hint=nnz_hint)
     return TwELLMatrix._from_parts(parts, shape, tile_width, nnz)
 
 
@@ -197,14 +198,18 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     that the fused GEMM takes, one kernel computes both projections and multiplies them in
     its epilogue at the gate's entries (``twell_gated_pack_sm90_*``: both projections are
     computed whole, as the cuBLAS way computes the up projection, without its float32
-    temporary, its reading at the entries and its launches; below about 0.4% of the gate
-    non-zero the dot products would be faster, which this function cannot know before the
-    kernel runs: the ``twell.torch`` modules, which fix the density at their first call,
-    choose by it). Either way each product
-    accumulates in float32 and rounds once. The down projection is the TwELL SpMM, which
-    picks its own way by density. Up-projection products
-    that come out exactly zero stay stored in the intermediate, so that the layer computes
-    what the dense layer computes (``0 * inf`` in ``w_down`` is NaN in both).
+    temporary, its reading at the entries and its launches). There the layer first
+    estimates the gate's density from 256 of its rows spread over ``x`` (one small cuBLAS
+    GEMM and one read-back) and chooses by it as the ``twell.torch`` modules choose by their
+    first call's: below about 0.4% non-zero the gate alone is packed and the up projection
+    is the dot products; from about 0.85% (at the paper's shape, where cuBLAS's down
+    projection beats the gather) the gated kernel writes the hidden layer dense
+    (``twell_gated_dense_sm90_*``, nothing packed, ``tile_width`` and ``slots`` unused) and
+    cuBLAS multiplies it by ``w_down``. Either way each product accumulates in float32 and
+    rounds once. Otherwise the down projection is the TwELL SpMM, which picks its own way by
+    density. Up-projection products that come out exactly zero stay stored in the
+    intermediate, so that the layer computes what the dense layer computes (``0 * inf`` in
+    ``w_down`` is NaN in both).
 
     Examples
     --------
@@ -252,7 +257,14 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
                 and be.matmul_pack_supported(x, w_gate, tile_width)
                 and be.matmul_pack_supported(x, w_up, tile_width)):
             slots = check_slots(slots, tile_width)
-            return _matmul(_fused_pack(be, x, w_gate, tile_width, slots, w_up), w_down.T)
+            # The gate's density, estimated from a sample of rows where a way depends on it
+            # (on Hopper), chooses as the modules choose by their first call's.
+            hint = be.gate_nnz_hint(x, w_gate, w_up)
+            y = be.dense_hidden_ffn(x, w_gate, w_up, w_down, hint)
+            if y is not None:
+                return y
+            return _matmul(_fused_pack(be, x, w_gate, tile_width, slots, w_up, hint),
+                           w_down.T)
     gate = matmul_to_twell(x, w_gate, activation, tile_width=tile_width, slots=slots)
     gate = gate.astype(out, copy=False)
     if gate.tile_width > _layout.NARROW_TILE_WIDTH:

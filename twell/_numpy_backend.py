@@ -277,16 +277,17 @@ def _relu_product(x, w):
     return cast(np.maximum(cast(x, acc) @ cast(w, acc).T, 0), x.dtype)
 
 
-def matmul_pack(x, w, tile_width, slots, w_up=None):
+def matmul_pack(x, w, tile_width, slots, w_up=None, nnz_hint=None):
     """``relu(x @ w.T)`` packed into TwELL parts: ``(parts, nnz)``. The host has no fused
     kernel: the product is computed whole, then packed (:func:`pack_dense`). With ``w_up``,
-    the gated layer's hidden values: then :func:`gated_up` at the entries."""
+    the gated layer's hidden values: then :func:`gated_up` at the entries, by the exact
+    count (``nnz_hint`` unused)."""
     z = _relu_product(x, w)
     parts, nnz = pack_dense(z, tile_width, slots)
     return _gated(parts, z.shape, tile_width, x, w_up, nnz), nnz
 
 
-def matmul_pack_auto(x, w, tile_width, w_up=None):
+def matmul_pack_auto(x, w, tile_width, w_up=None, nnz_hint=None):
     """:func:`matmul_pack` with ``slots="auto"`` picked from the product's per-tile counts:
     ``(parts, slots, nnz)``."""
     z = _relu_product(x, w)
@@ -296,6 +297,17 @@ def matmul_pack_auto(x, w, tile_width, w_up=None):
     check_storage(z.shape, tile_width, slots)
     parts = pack_dense(z, tile_width, slots, n_over)[0]
     return _gated(parts, z.shape, tile_width, x, w_up, nnz), slots, nnz
+
+
+def gate_nnz_hint(x, w_gate, w_up):
+    """None: the host's gated layer takes one way at every density (the product computed
+    whole, then the dot products at the gate's entries)."""
+    return None
+
+
+def dense_hidden_ffn(x, w_gate, w_up, w_down, nnz_hint):
+    """None: the host packs the gate whatever its density."""
+    return None
 
 
 def _gated(parts, shape, tile_width, x, w_up, nnz):

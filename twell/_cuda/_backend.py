@@ -6,7 +6,14 @@ import cupy
 from .._algorithms import register_scan
 from ._canonical import canonical_csr
 from ._cast import cast
-from ._ffn import gated_up, matmul_pack, matmul_pack_auto, matmul_pack_supported
+from ._ffn import (
+    dense_hidden_ffn,
+    gate_nnz_hint,
+    gated_up,
+    matmul_pack,
+    matmul_pack_auto,
+    matmul_pack_supported,
+)
 from ._pack import pack_csr, pack_dense, tile_counts_csr, tile_counts_dense
 from ._reduce import count_histogram, exclusive_scan
 from ._spmm import spmm, spmv
@@ -18,7 +25,9 @@ __all__ = [
     "canonical_csr",
     "cast",
     "count_histogram",
+    "dense_hidden_ffn",
     "exclusive_scan",
+    "gate_nnz_hint",
     "gated_up",
     "matmul_pack",
     "matmul_pack_auto",

@@ -65,16 +65,17 @@ def matmul_pack_supported(x, w, tile_width):
             and x.flags.c_contiguous and w.flags.c_contiguous and aligned(x, w))
 
 
-def _matmul_operands(x, w, variant, w_up=None):
+def _matmul_operands(x, w, variant, w_up=None, kernels=None):
     """The kernel, its operand arguments and its shared memory for ``variant`` (with
-    ``w_up``: the gated Hopper kernel)."""
+    ``w_up``: the gated Hopper kernel; ``kernels``: another Hopper kernel of the same operands,
+    by dtype name)."""
     if variant == "sm90":
         bm, bn = _MATMUL_TILE
         # w in boxes of half its tile: each CTA of a cluster loads one half for both.
         maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm),
                 *(_tma.tensor_map_2d(v, _MATMUL_DEPTH, bn // _SM90_CLUSTER)
                   for v in ((w,) if w_up is None else (w, w_up))))
-        names = _SM90_KERNELS if w_up is None else _SM90_GATED_KERNELS
+        names = kernels or (_SM90_KERNELS if w_up is None else _SM90_GATED_KERNELS)
         kernel = _compile.function(_policy.SM90_SOURCE, names[x.dtype.name])
         return kernel, maps, _MATMUL_SM90_SMEM
     if w_up is not None:
@@ -136,10 +137,7 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
     threads = _MATMUL_THREADS[variant if w_up is None else "sm90_gated"]
     counter = overflow_counter() if counter is None else counter
     if variant == "sm90":
-        # Persistent clusters, as many as the device holds at once: a cluster launched after
-        # the others would add its whole share of the tiles to the time.
-        pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
-        grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, smem, threads))
+        grid = _sm90_grid(kernel, m, n, smem, threads)
     else:  # one 128 x 256 output tile a block, the column tiles of a row consecutive
         grid = -(-m // bm) * -(-n // bn)
     kernel((grid,), (threads,), (
@@ -148,6 +146,15 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
         parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
         i64(spill_capacity), counter), shared_mem=smem)
     return counter
+
+
+def _sm90_grid(kernel, m, n, smem, threads):
+    """CTAs of a Hopper kernel's launch on an ``m x n`` output: persistent clusters, as many as
+    the device holds at once (a cluster launched after the others would add its whole share
+    of the tiles to the time), none without a tile pair."""
+    bm, bn = _MATMUL_TILE
+    pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
+    return _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, smem, threads))
 
 
 def _sm90_clusters(kernel, smem, threads=_MATMUL_THREADS["sm90"]):
@@ -165,10 +172,12 @@ def _sm90_clusters(kernel, smem, threads=_MATMUL_THREADS["sm90"]):
 _SM90_CLUSTER_COUNTS = {}
 
 
-def matmul_pack(x, w, tile_width, slots, w_up=None):
+def matmul_pack(x, w, tile_width, slots, w_up=None, nnz_hint=None):
     """``relu(x @ w.T)`` packed into TwELL parts by a fused GEMM -> TwELL kernel: returns
     ``(parts, nnz)``; with ``w_up`` (passing :func:`matmul_pack_supported` with ``x``), the
-    gated layer's hidden values at those entries (:func:`_gated`).
+    gated layer's hidden values at those entries (:func:`_gated`), their way chosen by the
+    gate's expected ``nnz_hint`` entries (:func:`._policy.gated_fused`; None: the gated
+    kernel where it runs).
 
     The operands pass :func:`matmul_pack_supported`. Products accumulate in float32 and
     round once to the inputs' dtype; the dense product is never written to global memory.
@@ -178,7 +187,7 @@ def matmul_pack(x, w, tile_width, slots, w_up=None):
     per-tile totals, which gives ``nnz``), twice when the spill buffer was too small and the
     kernel reruns.
     """
-    fused = _fused_up(x, w, w_up)
+    fused = _fused_up(x, w, w_up, nnz_hint)
     parts, nnz = _matmul_pack(matmul_plan(x, w, tile_width), x, w, tile_width, slots, fused)
     return _gated(parts, x, w, w_up, fused, tile_width, nnz), nnz
 
@@ -319,9 +328,9 @@ def _sm_count(device_id):
 _PROVISIONAL_SHARE = 8
 
 
-def matmul_pack_auto(x, w, tile_width, w_up=None):
+def matmul_pack_auto(x, w, tile_width, w_up=None, nnz_hint=None):
     """``relu(x @ w.T)`` packed with ``slots="auto"`` picked from its own per-tile counts
-    (with ``w_up``, as :func:`matmul_pack`: the gated layer's hidden values).
+    (with ``w_up`` and ``nnz_hint``, as :func:`matmul_pack`: the gated layer's hidden values).
 
     Returns ``(parts, slots, nnz)``. One fused launch packs the product at a provisional slot
     count (``tile_width // 8``, lowered to fit ``MAX_STORED_SLOTS``; entries past it spill;
@@ -343,7 +352,7 @@ def matmul_pack_auto(x, w, tile_width, w_up=None):
     provisional = max(1, min(tile_width // _PROVISIONAL_SHARE,
                              _layout.MAX_STORED_SLOTS // (m * nt)))
     plan = matmul_plan(x, w, tile_width)
-    fused = _fused_up(x, w, w_up)
+    fused = _fused_up(x, w, w_up, nnz_hint)
     parts = empty_parts(m, nt, provisional, x.dtype, zeroed=False, overflow=False)
     both, counter = count_buffer(tile_width)
     _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
@@ -451,17 +460,56 @@ def gated_dense(x, w_gate, w_up):
     if k == 0:
         out.fill(0)
         return out
-    bm, bn = _MATMUL_TILE
-    maps = (_tma.tensor_map_2d(x, _MATMUL_DEPTH, bm),
-            *(_tma.tensor_map_2d(v, _MATMUL_DEPTH, bn // _SM90_CLUSTER) for v in (w_gate, w_up)))
-    kernel = _compile.function(_policy.SM90_SOURCE, _SM90_GATED_DENSE_KERNELS[x.dtype.name])
-    kernel.max_dynamic_shared_size_bytes = _MATMUL_SM90_SMEM
+    kernel, maps, smem = _matmul_operands(x, w_gate, "sm90", w_up,
+                                          _SM90_GATED_DENSE_KERNELS)
+    kernel.max_dynamic_shared_size_bytes = smem
     threads = _MATMUL_THREADS["sm90_gated"]
-    pairs = -(-m // (_SM90_CLUSTER * bm)) * -(-n // bn)
-    grid = _SM90_CLUSTER * min(pairs, _sm90_clusters(kernel, _MATMUL_SM90_SMEM, threads))
-    kernel((grid,), (threads,), (*maps, i64(m), i64(n), i64(k), out),
-           shared_mem=_MATMUL_SM90_SMEM)
+    kernel((_sm90_grid(kernel, m, n, smem, threads),), (threads,),
+           (*maps, i64(m), i64(n), i64(k), out), shared_mem=smem)
     return out
+
+
+def gate_nnz_hint(x, w_gate, w_up):
+    """The expected entries of the gate ``relu(x @ w_gate.T)`` where the gated Hopper kernel
+    runs (:func:`._policy.gated_fused` without a count), else None: the non-zeros of the gate
+    of :data:`._policy.GATE_SAMPLE_ROWS` rows of ``x`` spread evenly over it (every row of a
+    shorter ``x``), scaled to its M rows.
+
+    For a caller that knows nothing of the gate before its kernel runs (``sparse_ffn``), so
+    that it chooses the hidden layer's form (:func:`dense_hidden_ffn`) and the up
+    projection's way (:func:`matmul_pack`'s ``nnz_hint``) as the modules do with the density
+    of their first call. One cuBLAS GEMM of the sampled rows, rounded to x's dtype as the
+    kernels round the gate, and one read-back of its positive count (a host
+    synchronisation). An estimate: it chooses between ways that give the same layer.
+    """
+    if not _policy.gated_fused(x, w_gate, w_up):
+        return None
+    m = x.shape[0]
+    rows = _policy.GATE_SAMPLE_ROWS
+    sample = x if m <= rows else cupy.ascontiguousarray(x[::m // rows][:rows])
+    if sample.size == 0:
+        return 0
+    gate = _cublas.gemm(sample, w_gate, cupy.empty((sample.shape[0], w_gate.shape[0]),
+                                                   dtype=x.dtype), trans_b=True)
+    # A 16-bit value is positive where its bits, read as int16, are (+NaN counts too).
+    positive = int(cupy.count_nonzero(gate.view(np.int16) > 0))  # host synchronisation
+    return positive * m // sample.shape[0]
+
+
+def dense_hidden_ffn(x, w_gate, w_up, w_down, nnz_hint):
+    """The gated layer ``(relu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T`` with its hidden
+    layer dense, where :func:`._policy.dense_hidden` says so for the gate's ``nnz_hint``
+    entries and ``w_down`` has x's dtype; else None.
+
+    :func:`gated_dense` writes the hidden layer, cuBLAS multiplies it by ``w_down`` in
+    ``nn.Linear`` layout (transposed in the GEMM: a C-contiguous ``w_down`` is not copied).
+    No host synchronisation.
+    """
+    if w_down.dtype != x.dtype or not _policy.dense_hidden(x, w_gate, w_up, w_down, nnz_hint):
+        return None
+    out = cupy.empty((x.shape[0], w_down.shape[0]), dtype=x.dtype)
+    return _cublas.gemm(gated_dense(x, w_gate, w_up), cupy.ascontiguousarray(w_down), out,
+                        trans_b=True)
 
 
 def without_sync_supported(x, w_gate, w_up, w_down):
