@@ -480,7 +480,8 @@ def gate_nnz_hint(x, w_gate, w_up):
     projection's way (:func:`matmul_pack`'s ``nnz_hint``) as the modules do with the density
     of their first call. One cuBLAS GEMM of the sampled rows, rounded to x's dtype as the
     kernels round the gate, and one read-back of its positive count (a host
-    synchronisation). An estimate: it chooses between ways that give the same layer.
+    synchronisation). An estimate: it chooses between ways that give the same layer to the
+    dtype's rounding.
     """
     if not _policy.gated_fused(x, w_gate, w_up):
         return None
