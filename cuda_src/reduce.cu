@@ -10,6 +10,9 @@
 // twell_find_nonfinite: sets *found when any of the n values is Inf or NaN (decided on the
 //   exponent bits, so no flush or comparison quirk can hide one). 16-byte loads when the
 //   array is 16-byte aligned (the launcher says so with VEC); grid-stride loop; any grid.
+// twell_count_positive16: adds to *count the number of n 16-bit values whose bits, read as a
+//   signed short, are positive: the values above +0 of a float16 or bfloat16 array (a +NaN
+//   too), as relu keeps them. Integer atomics, one a warp; grid-stride loop; any grid.
 // twell_exclusive_scan: the prefix sums that place the overflow and every other CSR-style
 //   output (described where it is defined, below).
 #include "twell_layout.cuh"
@@ -52,6 +55,18 @@ __global__ void twell_count_histogram(const int* __restrict__ counts, long long 
       if (local[b]) atomicAdd(&hist[b], static_cast<unsigned long long>(local[b]));
     }
   }
+}
+
+__global__ void twell_count_positive16(const short* __restrict__ values, long long n,
+                                       unsigned long long* __restrict__ count) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  unsigned long long c = 0;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    c += values[i] > 0;
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) c += __shfl_down_sync(0xffffffffu, c, offset);
+  if ((threadIdx.x & 31) == 0 && c) atomicAdd(count, c);
 }
 
 template <typename T, int VEC>

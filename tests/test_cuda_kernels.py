@@ -706,6 +706,23 @@ def test_find_nonfinite_sees_every_position(dtype, aligned):
     assert not bool(_reduce.nonfinite(b[:0]))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_count_positive_counts_what_relu_keeps(rng, dtype):
+    # gate_nnz_hint's count: the values whose int16 bits are positive (above +0, and +NaN),
+    # never -0, a negative value or -NaN; every position of an odd length, and a view.
+    dtype = np.dtype(dtype) if dtype == np.float16 else cupy.dtype(dtype)
+    n = 3 * 4096 + 77
+    bits = rng.integers(-(1 << 15), 1 << 15, size=n, dtype=np.int16)
+    bits[::13] = 0            # +0
+    bits[1::17] = -(1 << 15)  # -0
+    bits[2::19] = 1           # the smallest positive subnormal
+    values = cupy.asarray(bits).view(dtype)
+    assert _reduce.count_positive(values).dtype == np.uint64
+    assert int(_reduce.count_positive(values)) == int((bits > 0).sum())
+    assert int(_reduce.count_positive(values[1000:1777])) == int((bits[1000:1777] > 0).sum())
+    assert int(_reduce.count_positive(values[:0])) == 0
+
+
 def test_auto_slots_pack_knows_its_overflow_without_reading_it_back(rng, monkeypatch):
     # slots="auto" sizes the overflow from the per-tile counts: the pack must not read the
     # kernel's counter, and must give the same bits as packing with those slots given.

@@ -648,6 +648,26 @@ def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng,
 
 
 @pytest.mark.parametrize("dtype", HALF)
+def test_gpu_gate_sample_reads_the_rows_spread_over_x(gpu, dtype):
+    # The sample is x[::m // GATE_SAMPLE_ROWS][:GATE_SAMPLE_ROWS], read in place: rows at
+    # multiples of the step have a gate positive everywhere, every other row a gate negative
+    # everywhere, so only the right rows give the whole gate as the estimate.
+    from twell._cuda import _ffn, _policy
+
+    _hopper(gpu)
+    rows = _policy.GATE_SAMPLE_ROWS
+    for m, step in [(rows * 5 + 3, 5), (rows * 2, 2), (rows - 7, 1)]:
+        hidden, d_model = 320, 64
+        x = np.full((m, d_model), -1.0)
+        x[::step] = 1.0
+        w = np.full((hidden, d_model), 0.5)
+        x, w = (gpu.asarray(cast(a, dtype)) for a in (x, w))
+        assert _ffn.gate_nnz_hint(x, w, w) == m * hidden
+        x[::step] = -1.0
+        assert _ffn.gate_nnz_hint(x, w, w) == 0
+
+
+@pytest.mark.parametrize("dtype", HALF)
 def test_gpu_sparse_ffn_chooses_its_way_by_a_sample_of_the_gate(gpu, rng, monkeypatch, dtype):
     # On Hopper sparse_ffn estimates the gate's entries from GATE_SAMPLE_ROWS rows spread over
     # x and chooses as the modules choose by their first call: at ~16% non-zero (the work

@@ -143,6 +143,27 @@ def test_a_dense_enough_gated_layer_runs_with_its_hidden_layer_dense(rng, monkey
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["f16", "bf16"])
+def test_twells_cublas_gemm_reads_rows_that_lie_apart(rng, dtype):
+    # gate_nnz_hint's sample x[::step][:rows] is read in place, its row stride the GEMM's
+    # leading dimension: the same bits as the contiguous copy's product, the float64 product's
+    # values; a view whose columns are not contiguous is refused, not misread.
+    base = cupy.asarray(cast(rng.standard_normal((211, 40)), dtype))
+    w = cupy.asarray(cast(rng.standard_normal((24, 40)), dtype))
+    for a in (base[::7][:25], base[3::5], base[:1], base[10:90]):
+        got = _cublas.gemm(a, w, cupy.full((a.shape[0], 24), np.nan, dtype=dtype),
+                           trans_b=True)
+        want = _cublas.gemm(cupy.ascontiguousarray(a), w,
+                            cupy.empty((a.shape[0], 24), dtype=dtype), trans_b=True)
+        np.testing.assert_array_equal(got.view(np.uint16).get(), want.view(np.uint16).get())
+        exact = cast(a.get(), np.float64) @ cast(w.get(), np.float64).T
+        np.testing.assert_allclose(cast(got.get(), np.float64), exact, rtol=2e-2, atol=2e-2)
+    for bad in (base[:, ::2], base[:40].T):
+        with pytest.raises(ValueError, match="contiguous"):
+            _cublas.gemm(bad, w[:, :bad.shape[1]],
+                         cupy.empty((bad.shape[0], 24), dtype=dtype), trans_b=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("trans_b", [False, True], ids=["ab", "abT"])
 def test_twells_cublas_gemm_is_the_float64_product(rng, dtype, trans_b):
     a = cupy.asarray(cast(rng.standard_normal((70, 48)), dtype))

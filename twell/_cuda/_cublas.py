@@ -86,12 +86,16 @@ _ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
 
 
 def gemm(a, b, out, trans_b=False):
-    """``out = a @ b`` (``a @ b.T`` with ``trans_b``) for C-contiguous 2-D CuPy arrays: ``a``
-    and ``b`` of one 16-bit dtype, ``out`` of it or float32, products accumulated in float32
-    on tensor cores, queued on CuPy's current stream. Dimensions below 2**31."""
+    """``out = a @ b`` (``a @ b.T`` with ``trans_b``) for 2-D CuPy arrays: ``a`` and ``b`` of
+    one 16-bit dtype, ``out`` of it or float32, products accumulated in float32 on tensor
+    cores, queued on CuPy's current stream. Dimensions below 2**31.
+
+    ``b`` and ``out`` are C-contiguous; ``a``'s rows are contiguous and may lie apart (a view
+    ``x[::step]`` is read in place, its row stride the GEMM's leading dimension)."""
     import cupy
 
     m, k = a.shape
+    lda = a.strides[0] // a.itemsize if m > 1 else k
     n = b.shape[0] if trans_b else b.shape[1]
     if out.size == 0:
         return out
@@ -99,9 +103,12 @@ def gemm(a, b, out, trans_b=False):
         out.fill(0)
         return out
     limit = np.iinfo(np.int32).max
-    if max(m, n, k) > limit:
-        raise ValueError(f"cuBLAS takes dimensions up to {limit}; got a.shape={a.shape}, "
-                         f"b.shape={b.shape}")
+    if max(m, n, k, lda) > limit:
+        raise ValueError(f"cuBLAS takes dimensions and row strides up to {limit}; got "
+                         f"a.shape={a.shape}, a's row stride {lda}, b.shape={b.shape}")
+    if (k > 1 and a.strides[1] != a.itemsize) or lda < k or a.strides[0] % a.itemsize:
+        raise ValueError(f"a's rows must be contiguous and apart by whole rows; got "
+                         f"a.shape={a.shape}, a.strides={a.strides}")
     lib, handle = _library(), _handle(cupy.cuda.Device().id)
     _check(lib.cublasSetStream_v2(handle, cupy.cuda.get_current_stream().ptr),
            "cublasSetStream")
@@ -109,7 +116,7 @@ def gemm(a, b, out, trans_b=False):
     # Column-major view of the row-major product: out^T (n x m) = op(b)^T-view @ a^T-view.
     _check(lib.cublasGemmEx(handle, _OP_T if trans_b else _OP_N, _OP_N, n, m, k,
                             _ONE.ctypes.data, b.data.ptr, dtype, k if trans_b else n,
-                            a.data.ptr, dtype, k, _ZERO.ctypes.data, out.data.ptr,
+                            a.data.ptr, dtype, lda, _ZERO.ctypes.data, out.data.ptr,
                             out_dtype, n, _COMPUTE_32F, _GEMM_DEFAULT), "cublasGemmEx")
     return out
 

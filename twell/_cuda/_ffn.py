@@ -28,7 +28,7 @@ from ._launch import (
     vector_for,
     with_overflow,
 )
-from ._reduce import count_buffer, overflow_offsets, read_counts
+from ._reduce import count_buffer, count_positive, overflow_offsets, read_counts
 from ._spmm import spmm_with
 
 #: Block tile of twell_matmul_pack and twell_matmul_pack_sm90_* (rows, columns) and their
@@ -482,18 +482,21 @@ def gate_nnz_hint(x, w_gate, w_up):
     kernels round the gate, and one read-back of its positive count (a host
     synchronisation). An estimate: it chooses between ways that give the same layer to the
     dtype's rounding.
+
+    Three launches, as few as the read-back allows, because the host's work around it is
+    the sample's cost: the GEMM reads the sampled rows in place (its leading dimension is
+    their stride), and one kernel counts the positive values (:func:`._reduce.count_positive`).
     """
     if not _policy.gated_fused(x, w_gate, w_up):
         return None
     m = x.shape[0]
     rows = _policy.GATE_SAMPLE_ROWS
-    sample = x if m <= rows else cupy.ascontiguousarray(x[::m // rows][:rows])
+    sample = x if m <= rows else x[::m // rows][:rows]
     if sample.size == 0:
         return 0
     gate = _cublas.gemm(sample, w_gate, cupy.empty((sample.shape[0], w_gate.shape[0]),
                                                    dtype=x.dtype), trans_b=True)
-    # A 16-bit value is positive where its bits, read as int16, are (+NaN counts too).
-    positive = int(cupy.count_nonzero(gate.view(np.int16) > 0))  # host synchronisation
+    positive = int(count_positive(gate))  # host synchronisation
     return positive * m // sample.shape[0]
 
 

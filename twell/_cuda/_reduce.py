@@ -41,6 +41,19 @@ def _count_into(counts, size, hist):
     return hist.view(np.int64)
 
 
+def count_positive(values):
+    """Device uint64 scalar: how many of the C-contiguous 16-bit ``values`` are positive
+    (their bits, read as int16, above zero: the values above +0, a +NaN too), as relu keeps
+    them. One launch of ``twell_count_positive16`` into zeroed memory; no host
+    synchronisation. ``cupy.count_nonzero(values.view(int16) > 0)`` would write a boolean
+    array as large as ``values`` and launch twice."""
+    count = cupy.zeros((), dtype=np.uint64)
+    if values.size:
+        kernel = _compile.function("reduce.cu", "twell_count_positive16")
+        kernel(reduce_grid(values.size), (BLOCK,), (values, i64(values.size), count))
+    return count
+
+
 def nonfinite(b):
     """Device bool scalar: whether the C-contiguous ``b`` holds an Inf or a NaN.
 
