@@ -33,3 +33,27 @@ def test_spills_are_charged_to_their_kernel():
     granted = compile_kernels.ACCEPTED_SPILL_STORES["twell_spmm_rows"]
     assert _rejected(granted + 8, 0) == [("_Z15twell_spmm_rowsI13__nv_bfloat16Li8EEvPKi",
                                           granted + 8)]
+
+
+def test_every_kernel_of_a_source_has_an_instance():
+    # A kernel of a name-expression module is reachable only through an instance listed in
+    # twell._cuda._compile.INSTANCES: one left out compiles and passes nvcc, and then fails at
+    # its first launch on a GPU with a missing name. Every __global__ twell_* of those sources
+    # has at least one instance (the ARCH_SOURCES kernels are extern "C", named as written).
+    import re
+
+    from twell._cuda import _compile
+
+    root = _PATH.parent.parent / "cuda_src"
+    checked = 0
+    for key, expressions in _compile.INSTANCES.items():
+        source = _compile.source_file(key)
+        if key != source or source in _compile.ARCH_SOURCES:
+            continue
+        text = (root / source).read_text()
+        kernels = {m.group(1) for m in re.finditer(r"__global__[^;{]*?\b(twell_\w+)\s*\(", text)}
+        assert kernels, source
+        listed = {e.partition("<")[0] for e in expressions}
+        assert kernels <= listed, (source, sorted(kernels - listed))
+        checked += len(kernels)
+    assert checked >= 20

@@ -142,7 +142,8 @@ INSTANCES = {
                 + [listed(k) for k in _vectored("twell_spmm_rows")
                    for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
                 + [listed(k) for k in _typed("twell_spmv_thread_rows")]),
-    "reduce.cu": (["twell_count_histogram", "twell_exclusive_scan<int, true>",
+    "reduce.cu": (["twell_count_histogram", "twell_count_positive16",
+                   "twell_exclusive_scan<int, true>",
                    "twell_exclusive_scan<int, false>", "twell_exclusive_scan<long long, false>"]
                   + [f"twell_find_nonfinite<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
                      for v in (1, vector_width(d))]),
