@@ -706,11 +706,10 @@ def test_find_nonfinite_sees_every_position(dtype, aligned):
     assert not bool(_reduce.nonfinite(b[:0]))
 
 
-@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+@pytest.mark.parametrize("dtype", [np.float16, twell.bfloat16], ids=lambda d: np.dtype(d).name)
 def test_count_positive_counts_what_relu_keeps(rng, dtype):
     # gate_nnz_hint's count: the values whose int16 bits are positive (above +0, and +NaN),
     # never -0, a negative value or -NaN; every position of an odd length, and a view.
-    dtype = np.dtype(dtype) if dtype == np.float16 else cupy.dtype(dtype)
     n = 3 * 4096 + 77
     bits = rng.integers(-(1 << 15), 1 << 15, size=n, dtype=np.int16)
     bits[::13] = 0            # +0
