@@ -483,9 +483,10 @@ def gate_nnz_hint(x, w_gate, w_up):
     synchronisation). An estimate: it chooses between ways that give the same layer to the
     dtype's rounding.
 
-    Three launches, as few as the read-back allows, because the host's work around it is
-    the sample's cost: the GEMM reads the sampled rows in place (its leading dimension is
-    their stride), and one kernel counts the positive values (:func:`._reduce.count_positive`).
+    Three operations before the read-back (the GEMM, the count's zeroing, the count),
+    because the host's work around it is the sample's cost: the GEMM reads the sampled rows
+    in place (its leading dimension is their stride), and one kernel counts the positive
+    values (:func:`._reduce.count_positive`).
     """
     if not _policy.gated_fused(x, w_gate, w_up):
         return None
