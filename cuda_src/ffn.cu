@@ -249,31 +249,11 @@ __global__ void twell_reslot(const int* __restrict__ totals, long long n_pairs, 
   }
 }
 
-// Dot product of two rows of `depth` values, fp32 (fp64 for double) accumulation: lane l takes
-// values l * VEC, l * VEC + 32 * VEC, ...; a butterfly reduction gives every lane the same
-// sum, in a fixed order.
-template <typename T, int VEC>
-__device__ __forceinline__ typename Value<T>::Acc warp_dot(const T* __restrict__ a,
-                                                           const T* __restrict__ b,
-                                                           long long depth, int lane) {
-  typename Value<T>::Acc sum = 0;
-  for (long long d = static_cast<long long>(lane) * VEC; d < depth; d += kWarp * VEC) {
-    T u[VEC], v[VEC];
-    load_vec<T, VEC>(a, d, depth, u);
-    load_vec<T, VEC>(b, d, depth, v);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) sum += Value<T>::to_acc(u[i]) * Value<T>::to_acc(v[i]);
-  }
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1)
-    sum += __shfl_xor_sync(kFullMask, sum, offset);
-  return sum;
-}
-
-// x[row] . w[col] for a warp whose row of x has its first `staged` values in shared memory
-// (xs): the rest, where depth > staged, read from global memory. Each lane sums the same
-// values in the same order as warp_dot, so the two give the same bits. staged is depth or a
-// multiple of kWarp * VEC.
+// Dot product of two rows of `depth` values, x's first `staged` values read from shared memory
+// (xs) and the rest of both rows from global memory; fp32 (fp64 for double) accumulation:
+// lane l takes values l * VEC, l * VEC + 32 * VEC, ...; a butterfly reduction gives every lane
+// the same sum, in a fixed order, whichever part of x was staged (staged is 0, depth, or a
+// multiple of kWarp * VEC).
 template <typename T, int VEC>
 __device__ __forceinline__ typename Value<T>::Acc staged_dot(const T* xs, long long staged,
                                                              const T* __restrict__ x,
@@ -302,6 +282,14 @@ __device__ __forceinline__ typename Value<T>::Acc staged_dot(const T* xs, long l
   return sum;
 }
 
+// The dot product of two rows of global memory (staged_dot with nothing staged).
+template <typename T, int VEC>
+__device__ __forceinline__ typename Value<T>::Acc warp_dot(const T* __restrict__ a,
+                                                           const T* __restrict__ b,
+                                                           long long depth, int lane) {
+  return staged_dot<T, VEC>(nullptr, 0, a, b, depth, lane);
+}
+
 // Values of a row of x that twell_gated_up keeps in shared memory: 48 KB, the most a launch
 // takes without opting in, and a multiple of kWarp * VEC for every T and VEC.
 template <typename T>
@@ -317,7 +305,7 @@ constexpr long long kGatedStaged = 49152 / sizeof(T);
 // longer than the entries they hold, the layer's capacity-sized overflow). Per entry a warp
 // reads only its row of w_up from global memory, where a warp per entry that read both rows
 // moved twice the bytes (the kernel is bound by the L2's rate). Each product is one warp's
-// dot product, summed as warp_dot sums it: deterministic.
+// dot product, summed in warp_dot's order whatever is staged: deterministic.
 // Grid: M blocks; dynamic shared memory min(D, kGatedStaged<T>) * sizeof(T) bytes.
 template <typename T, int VEC>
 __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restrict__ gate,
