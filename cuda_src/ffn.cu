@@ -249,6 +249,18 @@ __global__ void twell_reslot(const int* __restrict__ totals, long long n_pairs, 
   }
 }
 
+// One lane's products of the VEC values at d of a and w, added to sum.
+template <typename T, int VEC>
+__device__ __forceinline__ void add_products(const T* a, long long a_limit,
+                                             const T* __restrict__ w, long long depth,
+                                             long long d, typename Value<T>::Acc& sum) {
+  T u[VEC], v[VEC];
+  load_vec<T, VEC>(a, d, a_limit, u);
+  load_vec<T, VEC>(w, d, depth, v);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) sum += Value<T>::to_acc(u[i]) * Value<T>::to_acc(v[i]);
+}
+
 // Dot product of two rows of `depth` values, x's first `staged` values read from shared memory
 // (xs) and the rest of both rows from global memory; fp32 (fp64 for double) accumulation:
 // lane l takes values l * VEC, l * VEC + 32 * VEC, ...; a butterfly reduction gives every lane
@@ -262,20 +274,8 @@ __device__ __forceinline__ typename Value<T>::Acc staged_dot(const T* xs, long l
   typename Value<T>::Acc sum = 0;
   long long d = static_cast<long long>(lane) * VEC;
 #pragma unroll 4
-  for (; d < staged; d += kWarp * VEC) {
-    T u[VEC], v[VEC];
-    load_vec<T, VEC>(xs, d, staged, u);
-    load_vec<T, VEC>(w, d, depth, v);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) sum += Value<T>::to_acc(u[i]) * Value<T>::to_acc(v[i]);
-  }
-  for (; d < depth; d += kWarp * VEC) {
-    T u[VEC], v[VEC];
-    load_vec<T, VEC>(x, d, depth, u);
-    load_vec<T, VEC>(w, d, depth, v);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) sum += Value<T>::to_acc(u[i]) * Value<T>::to_acc(v[i]);
-  }
+  for (; d < staged; d += kWarp * VEC) add_products<T, VEC>(xs, staged, w, depth, d, sum);
+  for (; d < depth; d += kWarp * VEC) add_products<T, VEC>(x, depth, w, depth, d, sum);
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset >>= 1)
     sum += __shfl_xor_sync(kFullMask, sum, offset);

@@ -394,6 +394,11 @@ def _gemm_nt_float32(x, w):
     return _cublas.gemm(x, w, out, trans_b=True)
 
 
+#: Bytes of a row of x that ``twell_gated_up`` stages in shared memory (its
+#: ``kGatedStaged``): the most a launch takes without opting in.
+_GATED_STAGED_BYTES = 49152
+
+
 def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
 
@@ -438,11 +443,6 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
         kernel((m,), (BLOCK,), (*common, x, w_up, i64(depth), out, overflow_out),
                shared_mem=staged)
     return parts._replace(data=out, overflow_data=overflow_out)
-
-
-#: Bytes of a row of x that ``twell_gated_up`` stages in shared memory (its
-#: ``kGatedStaged``): the most a launch takes without opting in.
-_GATED_STAGED_BYTES = 49152
 
 
 def gated_dense(x, w_gate, w_up):
