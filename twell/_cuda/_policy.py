@@ -52,16 +52,15 @@ def dense_product_pays(m, k, n, itemsize, nnz):
     return nnz > dense_product_density(n, itemsize) * m * k
 
 
-#: The gated FFN's up projection on a GPU for 16-bit values (``_ffn.gated_up``): seconds per (gate
-#: entry x d_model) of ``twell_gated_up``, a warp's dot product per entry, as measured when each
-#: entry read its x row and its w_up row from L2: the kernel stages a block's row of x in shared
-#: memory and reads half those bytes, so the constant overstates its cost (it errs toward cuBLAS's
-#: whole product). Its alternative is cuBLAS's whole product in float32 (``GEMM_MACS``, written at
-#: ``DENSIFY_BYTES``) read at the entries. Measured on the paper's gate (M = 16384, hidden 5632,
-#: d_model 2048) on an H100: the dot products take 0.770 ms at 1.0% non-zero (921,775 entries), the
-#: whole product and its reading 0.637 ms at 5% (the model's 0.625), so the crossover is ~0.8%
-#: (docs/design.rst, the gated layer). An H200, whose fit of the whole layer gave 3.2e-13 and a
-#: crossover at ~1.05%, loses a little between the two.
+#: The gated FFN's up projection on a GPU for 16-bit values (``_ffn.gated_up``):
+#: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
+#: whose x and w_up rows come from L2. Its alternative is cuBLAS's whole product in float32
+#: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. Measured on the paper's
+#: gate (M = 16384, hidden 5632, d_model 2048) on an H100: the dot products take 0.770 ms at
+#: 1.0% non-zero (921,775 entries), the whole product and its reading 0.637 ms at 5% (the
+#: model's 0.625), so the crossover is ~0.8% (docs/design.rst, the gated layer). An H200,
+#: whose fit of the whole layer gave 3.2e-13 and a crossover at ~1.05%, loses a little
+#: between the two.
 GATED_DOT_SECONDS = 4.1e-13
 
 
