@@ -201,7 +201,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     temporary, its reading at the entries and its launches). There the layer first
     estimates the gate's density from 256 of its rows spread over ``x`` (one small cuBLAS
     GEMM and one read-back) and chooses by it as the ``twell.torch`` modules choose by their
-    first call's: below about 0.4% non-zero the gate alone is packed and the up projection
+    first call's: below about 0.75% non-zero the gate alone is packed and the up projection
     is the dot products; from about 0.85% (at the paper's shape, where cuBLAS's down
     projection beats the gather) the gated kernel writes the hidden layer dense
     (``twell_gated_dense_sm90_*``, nothing packed, ``tile_width`` and ``slots`` unused) and

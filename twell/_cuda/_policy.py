@@ -355,13 +355,13 @@ def dense_hidden_pays(m, h, d, nnz):
 
 #: Density of the gate from which the gated Hopper kernel's up projection (a second GEMM,
 #: whatever the density) beats one dot product per gate entry (:func:`fused_up_pays`).
-#: Measured at the paper's shape, the module replayed from a CUDA graph, in two full runs on
-#: H100s (the dot products' layer in one, the fused in the other; dense 1.707 and 1.714 ms):
-#: at 0.1% 0.917 ms against 1.112, at 0.5% 1.358 against 1.304; the crossover by linear
-#: interpolation is 0.4%. (The model of :func:`dense_up_pays`, a
-#: GEMM against ``GATED_DOT_SECONDS`` an entry and column, puts it at 0.54%: the dot
-#: products cost more an entry at these densities than its constant says.)
-FUSED_UP_MIN_DENSITY = 0.004
+#: Measured at the paper's shape, the module replayed from a CUDA graph with each way forced,
+#: in one process on one H100 (same inputs, dense layer 1.79-1.85 ms by the clock): the dot
+#: products' layer against the fused one took 1.034 ms against 1.302 at 0.3% non-zero, 1.252
+#: against 1.571 at 0.5% and 1.471 against 1.512 at 0.7%; the crossover by linear
+#: interpolation is 0.73%. The parts agree: the gated kernel takes 1.07-1.10 ms at any
+#: density, the gate's pack about 0.6 ms and the dot products 0.43 ms at 0.5% and 0.65 at 1%.
+FUSED_UP_MIN_DENSITY = 0.0075
 
 
 def fused_up_pays(m, h, nnz):
