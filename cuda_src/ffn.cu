@@ -249,36 +249,64 @@ __global__ void twell_reslot(const int* __restrict__ totals, long long n_pairs, 
   }
 }
 
-// Dot product of two rows of `depth` values, fp32 (fp64 for double) accumulation: lane l takes
-// values l * VEC, l * VEC + 32 * VEC, ...; a butterfly reduction gives every lane the same
-// sum, in a fixed order.
+// One lane's products of the VEC values at d of a and w, added to sum.
 template <typename T, int VEC>
-__device__ __forceinline__ typename Value<T>::Acc warp_dot(const T* __restrict__ a,
-                                                           const T* __restrict__ b,
-                                                           long long depth, int lane) {
-  typename Value<T>::Acc sum = 0;
-  for (long long d = static_cast<long long>(lane) * VEC; d < depth; d += kWarp * VEC) {
-    T u[VEC], v[VEC];
-    load_vec<T, VEC>(a, d, depth, u);
-    load_vec<T, VEC>(b, d, depth, v);
+__device__ __forceinline__ void add_products(const T* a, long long a_limit,
+                                             const T* __restrict__ w, long long depth,
+                                             long long d, typename Value<T>::Acc& sum) {
+  T u[VEC], v[VEC];
+  load_vec<T, VEC>(a, d, a_limit, u);
+  load_vec<T, VEC>(w, d, depth, v);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) sum += Value<T>::to_acc(u[i]) * Value<T>::to_acc(v[i]);
-  }
+  for (int i = 0; i < VEC; ++i) sum += Value<T>::to_acc(u[i]) * Value<T>::to_acc(v[i]);
+}
+
+// Dot product of two rows of `depth` values, x's first `staged` values read from shared memory
+// (xs) and the rest of both rows from global memory; fp32 (fp64 for double) accumulation:
+// lane l takes values l * VEC, l * VEC + 32 * VEC, ...; a butterfly reduction gives every lane
+// the same sum, in a fixed order, whichever part of x was staged (staged is 0, depth, or a
+// multiple of kWarp * VEC).
+template <typename T, int VEC>
+__device__ __forceinline__ typename Value<T>::Acc staged_dot(const T* xs, long long staged,
+                                                             const T* __restrict__ x,
+                                                             const T* __restrict__ w,
+                                                             long long depth, int lane) {
+  typename Value<T>::Acc sum = 0;
+  long long d = static_cast<long long>(lane) * VEC;
+#pragma unroll 4
+  for (; d < staged; d += kWarp * VEC) add_products<T, VEC>(xs, staged, w, depth, d, sum);
+  for (; d < depth; d += kWarp * VEC) add_products<T, VEC>(x, depth, w, depth, d, sum);
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset >>= 1)
     sum += __shfl_xor_sync(kFullMask, sum, offset);
   return sum;
 }
 
+// The dot product of two rows of global memory (staged_dot with nothing staged).
+template <typename T, int VEC>
+__device__ __forceinline__ typename Value<T>::Acc warp_dot(const T* __restrict__ a,
+                                                           const T* __restrict__ b,
+                                                           long long depth, int lane) {
+  return staged_dot<T, VEC>(nullptr, 0, a, b, depth, lane);
+}
+
+// Values of a row of x that twell_gated_up keeps in shared memory: 48 KB, the most a launch
+// takes without opting in, and a multiple of kWarp * VEC for every T and VEC.
+template <typename T>
+constexpr long long kGatedStaged = 49152 / sizeof(T);
+
 // The gated FFN's hidden activations at the gate's entries: out = gate * (x[row] . w_up[col]),
 // rounded once to T, in the gate's storage (same counts, indices and overflow structure; the
 // slots past a count are written as zeros). x (M, D), w_up (H, D) row-major; VEC > 1 needs D
 // and both base pointers 16-byte aligned.
-// Warps 0 .. M * n_tiles - 1 take one (row, tile) pair's slots each; the next n_over warps one
-// overflow entry each (its row by binary search in overflow_indptr), up to overflow_indptr[M]:
-// the overflow arrays may be longer than the entries they hold (the layer's capacity-sized
-// overflow, twell_spill_to_overflow). Each product is one warp's dot product: deterministic.
-// Grid: ceil((M * n_tiles + n_over) / warps per block) blocks of whole warps.
+// A block takes one row: it stages x[row] (up to kGatedStaged values) in shared memory once,
+// then its warps take the row's slots in turn, then its overflow entries
+// (overflow_indptr[row] .. overflow_indptr[row + 1], within n_over: the overflow arrays may be
+// longer than the entries they hold, the layer's capacity-sized overflow). Per entry a warp
+// reads only its row of w_up from global memory, where a warp per entry that read both rows
+// moved twice the bytes (the kernel is bound by the L2's rate). Each product is one warp's
+// dot product, summed in warp_dot's order whatever is staged: deterministic.
+// Grid: M blocks; dynamic shared memory min(D, kGatedStaged<T>) * sizeof(T) bytes.
 template <typename T, int VEC>
 __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restrict__ gate,
                                const unsigned short* __restrict__ indices,
@@ -289,29 +317,38 @@ __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restri
                                const T* __restrict__ x, const T* __restrict__ w_up,
                                long long depth, T* __restrict__ out,
                                T* __restrict__ overflow_out) {
+  extern __shared__ __align__(16) unsigned char gated_smem[];
+  T* const xs = reinterpret_cast<T*>(gated_smem);
+  const long long row = blockIdx.x;
+  const T* const x_row = x + row * depth;
+  const long long staged = depth < kGatedStaged<T> ? depth : kGatedStaged<T>;
+  for (long long d = static_cast<long long>(threadIdx.x) * VEC; d < staged;
+       d += static_cast<long long>(blockDim.x) * VEC) {
+    T v[VEC];
+    load_vec<T, VEC>(x_row, d, staged, v);
+    store_vec<T, VEC>(xs, d, v);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
   const long long tiles = n_tiles(n_cols, tile_width);
-  const long long n_pairs = n_rows * tiles;
-  const long long item = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (item < n_pairs) {
-    const long long row = item / tiles;
-    const long long col0 = (item - row * tiles) * tile_width;
-    const int count = counts[item];
-    for (int s = 0; s < slots; ++s) {  // whole warp
-      const long long at = item * slots + s;
-      T h = Value<T>::zero();
-      if (s < count) {
-        const long long col = col0 + indices[at];
-        const auto up = warp_dot<T, VEC>(x + row * depth, w_up + col * depth, depth, lane);
-        h = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up);
-      }
-      if (lane == 0) out[at] = h;
+  const long long first = row * tiles * slots;  // the row's first slot
+  for (long long p = warp; p < tiles * slots; p += warps) {  // whole warp
+    const long long tile = p / slots;
+    const long long at = first + p;
+    T h = Value<T>::zero();
+    if (p - tile * slots < counts[row * tiles + tile]) {
+      const long long col = tile * tile_width + indices[at];
+      const auto up = staged_dot<T, VEC>(xs, staged, x_row, w_up + col * depth, depth, lane);
+      h = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up);
     }
-  } else if (item - n_pairs < n_over && item - n_pairs < overflow_indptr[n_rows]) {
-    const long long e = item - n_pairs;
-    const long long row = row_of(overflow_indptr, n_rows, e);
+    if (lane == 0) out[at] = h;
+  }
+  const long long begin = min(overflow_indptr[row], n_over);
+  const long long end = min(overflow_indptr[row + 1], n_over);
+  for (long long e = begin + warp; e < end; e += warps) {
     const long long col = overflow_indices[e];
-    const auto up = warp_dot<T, VEC>(x + row * depth, w_up + col * depth, depth, lane);
+    const auto up = staged_dot<T, VEC>(xs, staged, x_row, w_up + col * depth, depth, lane);
     if (lane == 0) overflow_out[e] = Value<T>::from_acc(Value<T>::to_acc(overflow_gate[e]) * up);
   }
 }

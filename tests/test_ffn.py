@@ -531,20 +531,27 @@ def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
-@pytest.mark.parametrize("depth", [72, 37], ids=["vectors", "scalars"])
+@pytest.mark.parametrize("case", ["vectors", "scalars", "long vectors", "long scalars"])
 @pytest.mark.parametrize("variant", ["dot", "dense"])
-def test_gated_up_kernel_against_float64(gpu, rng, monkeypatch, dtype, depth, variant):
+def test_gated_up_kernel_against_float64(gpu, rng, monkeypatch, dtype, case, variant):
     # Both ways of the gated up projection (twell_gated_up's dot product per entry;
     # cuBLAS's float32 x @ w_up.T read by twell_gated_take, 16-bit only) against
     # gate * (x[row] . w_up[col]) in float64, entry by entry, with the gate's structure kept
     # (the slots past each count zero); the host version is held to the same bound. 16-byte
-    # vector loads when D = 72, one value at a time when D = 37.
+    # vector loads when D = 72, one value at a time when D = 37; the long cases add the 48 KB
+    # of x's row that twell_gated_up keeps in shared memory to D, so that the rest of the
+    # row is read from global memory.
     from twell import _numpy_backend
     from twell._cuda import _ffn, _policy
 
     if variant == "dense" and dtype not in (F16, BF16):
         pytest.skip("the dense up projection is for 16-bit values (the policy's rule)")
-    x, wg, wu, _ = _weights(rng, 300, depth, 777, 1.0, dtype)
+    depth = 72 if case.endswith("vectors") else 37
+    m, hidden = 300, 777
+    if case.startswith("long"):
+        depth += 49152 // np.dtype(dtype).itemsize
+        m, hidden = 16, 128
+    x, wg, wu, _ = _weights(rng, m, depth, hidden, 1.0, dtype)
     gate = matmul_to_twell(x, wg, tile_width=64, slots=2)
     assert gate.overflow_nnz > 0
     rows, cols = np.nonzero(gate.toarray())

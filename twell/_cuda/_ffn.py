@@ -394,19 +394,24 @@ def _gemm_nt_float32(x, w):
     return _cublas.gemm(x, w, out, trans_b=True)
 
 
+#: Bytes of a row of x that ``twell_gated_up`` stages in shared memory (its
+#: ``kGatedStaged``): the most a launch takes without opting in.
+_GATED_STAGED_BYTES = 49152
+
+
 def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``.
 
     ``parts`` is the gate (M, H); ``x`` (M, D) and ``w_up`` (H, D) are C-contiguous and of the
     parts' dtype. Each product accumulates in float32 (float64) and rounds once, in one of two
     ways (:func:`._policy.gated_up_way`, by the gate's entry count ``nnz_hint``):
-    ``twell_gated_up``, a warp's dot product per entry (x and w_up rows read from L2: its
-    time grows with the entries), or, for a dense enough 16-bit gate, cuBLAS's whole
-    ``x @ w_up.T`` in float32 (an ``M x H`` float32 temporary) and ``twell_gated_take`` at
-    the gate's entries; the dot product runs instead if the temporary cannot be allocated.
-    Products that come out zero stay stored: the result feeds a product at once and is never
-    handed to the user.
-        """
+    ``twell_gated_up``, a warp's dot product per entry (a block a row of x, staged in
+    shared memory; each entry's row of w_up read from L2: its time grows with the entries),
+    or, for a dense enough 16-bit gate, cuBLAS's whole ``x @ w_up.T`` in float32 (an
+    ``M x H`` float32 temporary) and ``twell_gated_take`` at the gate's entries; the dot
+    product runs instead if the temporary cannot be allocated. Products that come out zero
+    stay stored: the result feeds a product at once and is never handed to the user.
+    """
     m, k = shape
     depth = x.shape[1]
     dtype = parts.data.dtype
@@ -430,13 +435,13 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
             # One thread per slot, then one per overflow entry.
             kernel(blocks(items, BLOCK), (BLOCK,), (*common, up, out, overflow_out))
         return parts._replace(data=out, overflow_data=overflow_out)
-    items = parts.counts.size + n_over
-    if items:
+    if m and parts.counts.size + n_over:
         vec = vector_for(dtype, depth % _compile.vector_width(dtype) == 0, aligned(x, w_up))
         kernel = _compile.function("ffn.cu", instance("twell_gated_up", dtype, vec))
-        # One warp per (row, tile) pair, then one per overflow entry.
-        kernel(blocks(items, WARPS), (BLOCK,), (
-            *common, x, w_up, i64(depth), out, overflow_out))
+        # A block a row, its row of x staged in shared memory (at most 48 KB of it).
+        staged = min(depth, _GATED_STAGED_BYTES // dtype.itemsize) * dtype.itemsize
+        kernel((m,), (BLOCK,), (*common, x, w_up, i64(depth), out, overflow_out),
+               shared_mem=staged)
     return parts._replace(data=out, overflow_data=overflow_out)
 
 
