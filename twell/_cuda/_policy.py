@@ -54,13 +54,13 @@ def dense_product_pays(m, k, n, itemsize, nnz):
 
 #: The gated FFN's up projection on a GPU for 16-bit values (``_ffn.gated_up``):
 #: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
-#: whose x and w_up rows come from L2. Its alternative is cuBLAS's whole product in float32
+#: whose w_up row comes from L2. Its alternative is cuBLAS's whole product in float32
 #: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. Measured on the paper's
-#: gate (M = 16384, hidden 5632, d_model 2048) on an H100: the dot products take 0.770 ms at
-#: 1.0% non-zero (921,775 entries), the whole product and its reading 0.637 ms at 5% (the
-#: model's 0.625), so the crossover is ~0.8% (docs/design.rst, the gated layer). An H200,
-#: whose fit of the whole layer gave 3.2e-13 and a crossover at ~1.05%, loses a little
-#: between the two.
+#: gate (M = 16384, hidden 5632, d_model 2048) on H100s: the dot products take 0.73-0.77 ms
+#: at 1.0% non-zero (0.92 M entries: 3.9e-13 to 4.1e-13), the whole product and its reading
+#: 0.637 ms at 5% (the model's 0.625), so the crossover is ~0.8% (docs/design.rst, the gated
+#: layer). An H200, whose fit of the whole layer gave 3.2e-13 and a crossover at ~1.05%,
+#: loses a little between the two.
 GATED_DOT_SECONDS = 4.1e-13
 
 
@@ -356,11 +356,12 @@ def dense_hidden_pays(m, h, d, nnz):
 #: Density of the gate from which the gated Hopper kernel's up projection (a second GEMM,
 #: whatever the density) beats one dot product per gate entry (:func:`fused_up_pays`).
 #: Measured at the paper's shape, the module replayed from a CUDA graph with each way forced,
-#: in one process on one H100 (same inputs, dense layer 1.79-1.85 ms by the clock): the dot
-#: products' layer against the fused one took 1.034 ms against 1.302 at 0.3% non-zero, 1.252
-#: against 1.571 at 0.5% and 1.471 against 1.512 at 0.7%; the crossover by linear
-#: interpolation is 0.73%. The parts agree: the gated kernel takes 1.07-1.10 ms at any
-#: density, the gate's pack about 0.6 ms and the dot products 0.43 ms at 0.5% and 0.65 at 1%.
+#: each way after the other in one process on one H100 (same inputs, dense layer 1.79-1.85
+#: ms by the clock), in two runs: the dot products' layer against the fused one took 1.034 ms
+#: against 1.302 at 0.3% non-zero, 1.252 against 1.571 at 0.5% and 1.471 against 1.512 at
+#: 0.7% in one; 1.449 against 1.453 at 0.7% and 1.862 against 1.605 at 1% in the other. The
+#: crossover is at 0.7-0.73%. The parts agree: the gated kernel takes 1.07-1.10 ms at any
+#: density, the gate's pack about 0.6 ms, and the dot products 0.44 ms at 0.5% and 0.73 at 1%.
 FUSED_UP_MIN_DENSITY = 0.0075
 
 
