@@ -360,8 +360,10 @@ def dense_hidden_pays(m, h, d, nnz):
 #: ms by the clock), in two runs: the dot products' layer against the fused one took 1.034 ms
 #: against 1.302 at 0.3% non-zero, 1.252 against 1.571 at 0.5% and 1.471 against 1.512 at
 #: 0.7% in one; 1.449 against 1.453 at 0.7% and 1.862 against 1.605 at 1% in the other. The
-#: crossover is at 0.7-0.73%. The parts agree: the gated kernel takes 1.07-1.10 ms at any
-#: density, the gate's pack about 0.6 ms, and the dot products 0.44 ms at 0.5% and 0.73 at 1%.
+#: crossover is at 0.7-0.73%. (The fused way's 1.571 at 0.5% stands out: a run with the
+#: earlier warp-a-pair dot products took 1.372 against their 1.345.) The parts agree: the
+#: gated kernel takes 1.07-1.10 ms at any density, the gate's pack about 0.6 ms, and the dot
+#: products 0.44 ms at 0.5% and 0.73 at 1%.
 FUSED_UP_MIN_DENSITY = 0.0075
 
 
