@@ -302,10 +302,10 @@ constexpr long long kGatedStaged = 49152 / sizeof(T);
 // A block takes one row: it stages x[row] (up to kGatedStaged values) in shared memory once,
 // then its warps take the row's slots in turn, then its overflow entries
 // (overflow_indptr[row] .. overflow_indptr[row + 1], within n_over: the overflow arrays may be
-// longer than the entries they hold, the layer's capacity-sized overflow). Per entry a warp
-// reads only its row of w_up from global memory, where a warp per entry that read both rows
-// moved twice the bytes (the kernel is bound by the L2's rate). Each product is one warp's
-// dot product, summed in warp_dot's order whatever is staged: deterministic.
+// longer than the entries they hold, the layer's capacity-sized overflow). The grid is the
+// rows whatever the overflow's capacity: a warp per place of it, most of them idle, cost the
+// layer without a sync 0.1 ms at 99.9% (docs/design.rst). Each product is one warp's dot
+// product, summed in warp_dot's order whatever is staged: deterministic.
 // Grid: M blocks; dynamic shared memory min(D, kGatedStaged<T>) * sizeof(T) bytes.
 template <typename T, int VEC>
 __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restrict__ gate,
