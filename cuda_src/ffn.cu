@@ -265,15 +265,16 @@ __device__ __forceinline__ void add_products(const T* a, long long a_limit,
 // (xs) and the rest of both rows from global memory; fp32 (fp64 for double) accumulation:
 // lane l takes values l * VEC, l * VEC + 32 * VEC, ...; a butterfly reduction gives every lane
 // the same sum, in a fixed order, whichever part of x was staged (staged is 0, depth, or a
-// multiple of kWarp * VEC).
-template <typename T, int VEC>
+// multiple of kWarp * VEC) and however many loads are in flight (UNROLL steps of the staged
+// part are unrolled, their loads issued before their products).
+template <typename T, int VEC, int UNROLL = 4>
 __device__ __forceinline__ typename Value<T>::Acc staged_dot(const T* xs, long long staged,
                                                              const T* __restrict__ x,
                                                              const T* __restrict__ w,
                                                              long long depth, int lane) {
   typename Value<T>::Acc sum = 0;
   long long d = static_cast<long long>(lane) * VEC;
-#pragma unroll 4
+#pragma unroll UNROLL
   for (; d < staged; d += kWarp * VEC) add_products<T, VEC>(xs, staged, w, depth, d, sum);
   for (; d < depth; d += kWarp * VEC) add_products<T, VEC>(x, depth, w, depth, d, sum);
 #pragma unroll
@@ -295,17 +296,24 @@ __device__ __forceinline__ typename Value<T>::Acc warp_dot(const T* __restrict__
 template <typename T>
 constexpr long long kGatedStaged = 49152 / sizeof(T);
 
+// Loads of w_up a lane keeps in flight per entry in twell_gated_up: eight 16-byte loads, a
+// whole 2048-value bfloat16 row of w_up across the warp in one round trip.
+constexpr int kGatedUnroll = 8;
+
 // The gated FFN's hidden activations at the gate's entries: out = gate * (x[row] . w_up[col]),
 // rounded once to T, in the gate's storage (same counts, indices and overflow structure; the
 // slots past a count are written as zeros). x (M, D), w_up (H, D) row-major; VEC > 1 needs D
 // and both base pointers 16-byte aligned.
 // A block takes one row: it stages x[row] (up to kGatedStaged values) in shared memory once,
-// then its warps take the row's slots in turn, then its overflow entries
-// (overflow_indptr[row] .. overflow_indptr[row + 1], within n_over: the overflow arrays may be
-// longer than the entries they hold, the layer's capacity-sized overflow). The grid is the
-// rows whatever the overflow's capacity: a warp per place of it, most of them idle, cost the
-// layer without a sync 0.1 ms at 99.9% (docs/design.rst). Each product is one warp's dot
-// product, summed in warp_dot's order whatever is staged: deterministic.
+// and its threads write zeros to the row's empty slots. Its warps then take the row's entries
+// in turn, numbered across its tiles by a prefix sum of the counts of 32 tiles at a time (a
+// warp never visits an empty slot: at 13 slots and 1% non-zero a row has 286 slots and 56
+// entries), then its overflow entries (overflow_indptr[row] .. overflow_indptr[row + 1],
+// within n_over: the overflow arrays may be longer than the entries they hold, the layer's
+// capacity-sized overflow). The grid is the rows whatever the overflow's capacity: a warp per
+// place of it, most of them idle, cost the layer without a sync 0.1 ms at 99.9%
+// (docs/design.rst). Each product is one warp's dot product, summed in warp_dot's order
+// whatever is staged or unrolled: deterministic.
 // Grid: M blocks; dynamic shared memory min(D, kGatedStaged<T>) * sizeof(T) bytes.
 template <typename T, int VEC>
 __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restrict__ gate,
@@ -328,27 +336,43 @@ __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restri
     load_vec<T, VEC>(x_row, d, staged, v);
     store_vec<T, VEC>(xs, d, v);
   }
+  const long long tiles = n_tiles(n_cols, tile_width);
+  const long long first = row * tiles * slots;  // the row's first slot
+  const int* const row_counts = counts + row * tiles;
+  for (long long p = threadIdx.x; p < tiles * slots; p += blockDim.x) {
+    const long long tile = p / slots;
+    if (p - tile * slots >= row_counts[tile]) out[first + p] = Value<T>::zero();
+  }
   __syncthreads();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
-  const long long tiles = n_tiles(n_cols, tile_width);
-  const long long first = row * tiles * slots;  // the row's first slot
-  for (long long p = warp; p < tiles * slots; p += warps) {  // whole warp
-    const long long tile = p / slots;
-    const long long at = first + p;
-    T h = Value<T>::zero();
-    if (p - tile * slots < counts[row * tiles + tile]) {
-      const long long col = tile * tile_width + indices[at];
-      const auto up = staged_dot<T, VEC>(xs, staged, x_row, w_up + col * depth, depth, lane);
-      h = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up);
+  for (long long window = 0; window < tiles; window += kWarp) {  // whole warp
+    // Lane i holds the entries of tiles window .. window + i (inclusive) and its own count.
+    const int count = window + lane < tiles ? row_counts[window + lane] : 0;
+    int through = count;
+#pragma unroll
+    for (int offset = 1; offset < kWarp; offset <<= 1) {
+      const int below = __shfl_up_sync(kFullMask, through, offset);
+      if (lane >= offset) through += below;
     }
-    if (lane == 0) out[at] = h;
+    const int entries = __shfl_sync(kFullMask, through, kWarp - 1);
+    for (int q = warp; q < entries; q += warps) {
+      const int owner = __popc(__ballot_sync(kFullMask, through <= q));  // q's tile in window
+      const int before = __shfl_sync(kFullMask, through - count, owner);
+      const long long tile = window + owner;
+      const long long at = first + tile * slots + (q - before);
+      const long long col = tile * tile_width + indices[at];
+      const auto up = staged_dot<T, VEC, kGatedUnroll>(xs, staged, x_row, w_up + col * depth,
+                                                       depth, lane);
+      if (lane == 0) out[at] = Value<T>::from_acc(Value<T>::to_acc(gate[at]) * up);
+    }
   }
   const long long begin = min(overflow_indptr[row], n_over);
   const long long end = min(overflow_indptr[row + 1], n_over);
   for (long long e = begin + warp; e < end; e += warps) {
     const long long col = overflow_indices[e];
-    const auto up = staged_dot<T, VEC>(xs, staged, x_row, w_up + col * depth, depth, lane);
+    const auto up = staged_dot<T, VEC, kGatedUnroll>(xs, staged, x_row, w_up + col * depth,
+                                                     depth, lane);
     if (lane == 0) overflow_out[e] = Value<T>::from_acc(Value<T>::to_acc(overflow_gate[e]) * up);
   }
 }

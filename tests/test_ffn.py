@@ -531,7 +531,8 @@ def test_fused_on_a_shape_the_reference_kernels_cannot_run(gpu, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
-@pytest.mark.parametrize("case", ["vectors", "scalars", "long vectors", "long scalars"])
+@pytest.mark.parametrize("case", ["vectors", "scalars", "long vectors", "long scalars",
+                                  "many tiles"])
 @pytest.mark.parametrize("variant", ["dot", "dense"])
 def test_gated_up_kernel_against_float64(gpu, rng, monkeypatch, dtype, case, variant):
     # Both ways of the gated up projection (twell_gated_up's dot product per entry;
@@ -540,19 +541,21 @@ def test_gated_up_kernel_against_float64(gpu, rng, monkeypatch, dtype, case, var
     # (the slots past each count zero); the host version is held to the same bound. 16-byte
     # vector loads when D = 72, one value at a time when D = 37; the long cases add the 48 KB
     # of x's row that twell_gated_up keeps in shared memory to D, so that the rest of the
-    # row is read from global memory.
+    # row is read from global memory. "many tiles" has 49 tiles a row (tile width 16): the
+    # kernel numbers a row's entries 32 tiles at a time.
     from twell import _numpy_backend
     from twell._cuda import _ffn, _policy
 
     if variant == "dense" and dtype not in (F16, BF16):
         pytest.skip("the dense up projection is for 16-bit values (the policy's rule)")
-    depth = 72 if case.endswith("vectors") else 37
+    depth = 37 if case.endswith("scalars") else 72
     m, hidden = 300, 777
     if case.startswith("long"):
         depth += 49152 // np.dtype(dtype).itemsize
         m, hidden = 16, 128
+    tile_width = 16 if case == "many tiles" else 64
     x, wg, wu, _ = _weights(rng, m, depth, hidden, 1.0, dtype)
-    gate = matmul_to_twell(x, wg, tile_width=64, slots=2)
+    gate = matmul_to_twell(x, wg, tile_width=tile_width, slots=2)
     assert gate.overflow_nnz > 0
     rows, cols = np.nonzero(gate.toarray())
     g64 = _f64(gate.toarray()[rows, cols])
@@ -562,13 +565,13 @@ def test_gated_up_kernel_against_float64(gpu, rng, monkeypatch, dtype, case, var
     dev_parts = type(gate._parts)(*(gpu.asarray(p) for p in gate._parts))
     gpu.poison()
     monkeypatch.setattr(_policy, "gated_up_way", lambda *_: variant)
-    dev = _ffn.gated_up(dev_parts, gate.shape, 64, gpu.asarray(x), gpu.asarray(wu))
+    dev = _ffn.gated_up(dev_parts, gate.shape, tile_width, gpu.asarray(x), gpu.asarray(wu))
     for name, got in [
-        ("host", _numpy_backend.gated_up(gate._parts, gate.shape, 64, x, wu)),
+        ("host", _numpy_backend.gated_up(gate._parts, gate.shape, tile_width, x, wu)),
         ("gpu", dev),
     ]:
         h = twell.TwELLMatrix._from_parts(type(got)(*(gpu.to_host(p) for p in got)),
-                                          gate.shape, 64)
+                                          gate.shape, tile_width)
         np.testing.assert_array_equal(h.counts, gate.counts, err_msg=name)
         np.testing.assert_array_equal(h.indices, gate.indices, err_msg=name)
         np.testing.assert_array_equal(h.overflow_indices, gate.overflow_indices, err_msg=name)
