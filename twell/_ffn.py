@@ -191,7 +191,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     The gate (or, not gated, the up projection) is :func:`matmul_to_twell`, fused on the GPU.
     The gated up projection is one dot product per entry of the gate (a warp each on the GPU,
     ``twell_gated_up``), except on the GPU for 16-bit values where the gate is dense enough
-    that the whole product pays (about 0.8% non-zero at the paper's shape; the cost model is
+    that the whole product pays (about 1% non-zero at the paper's shape; the cost model is
     ``twell._cuda._policy.dense_up_pays``): there cuBLAS computes ``x @ w_up.T`` in float32 (an
     ``M x hidden`` float32 temporary) and ``twell_gated_take`` reads it at the gate's
     entries. On an H100 or H200, for 16-bit ``x``, ``w_gate`` and ``w_up`` of one dtype
@@ -201,7 +201,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     temporary, its reading at the entries and its launches). There the layer first
     estimates the gate's density from 256 of its rows spread over ``x`` (one small cuBLAS
     GEMM and one read-back) and chooses by it as the ``twell.torch`` modules choose by their
-    first call's: below about 0.75% non-zero the gate alone is packed and the up projection
+    first call's: below about 0.85% non-zero the gate alone is packed and the up projection
     is the dot products; from about 0.85% (at the paper's shape, where cuBLAS's down
     projection beats the gather) the gated kernel writes the hidden layer dense
     (``twell_gated_dense_sm90_*``, nothing packed, ``tile_width`` and ``slots`` unused) and

@@ -56,12 +56,11 @@ def dense_product_pays(m, k, n, itemsize, nnz):
 #: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
 #: whose w_up row comes from L2. Its alternative is cuBLAS's whole product in float32
 #: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. Measured on the paper's
-#: gate (M = 16384, hidden 5632, d_model 2048) on H100s: the dot products take 0.73-0.77 ms
-#: at 1.0% non-zero (0.92 M entries: 3.9e-13 to 4.1e-13), the whole product and its reading
-#: 0.637 ms at 5% (the model's 0.625), so the crossover is ~0.8% (docs/design.rst, the gated
-#: layer). An H200, whose fit of the whole layer gave 3.2e-13 and a crossover at ~1.05%,
-#: loses a little between the two.
-GATED_DOT_SECONDS = 4.1e-13
+#: gate (M = 16384, hidden 5632, d_model 2048) on an H100: the dot products take 0.58 ms at
+#: 1.0% non-zero (0.92 M entries: 3.1e-13) and 0.32 ms at 0.5% (3.4e-13), the whole product
+#: and its reading 0.637 ms at 5% (the model's 0.625), so the crossover is ~1.05%
+#: (docs/design.rst, the gated layer).
+GATED_DOT_SECONDS = 3.1e-13
 
 
 def dense_up_pays(m, h, d, nnz):
@@ -69,7 +68,7 @@ def dense_up_pays(m, h, d, nnz):
     at a gate of ``nnz`` entries is faster computed whole (``x @ w_up.T`` in float32 by cuBLAS,
     then read at the entries) than as a dot product per entry, in the model above:
     ``nnz * d * GATED_DOT_SECONDS > m * h * d / GEMM_MACS + 4 * m * h / DENSIFY_BYTES``, for
-    16-bit values. At the paper's shape the crossover is ~0.8% of the gate non-zero.
+    16-bit values. At the paper's shape the crossover is ~1.05% of the gate non-zero.
     ``nnz=None`` answers False, as do products below ``DENSE_PRODUCT_MIN_WORK``."""
     if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
         return False
@@ -356,15 +355,14 @@ def dense_hidden_pays(m, h, d, nnz):
 #: Density of the gate from which the gated Hopper kernel's up projection (a second GEMM,
 #: whatever the density) beats one dot product per gate entry (:func:`fused_up_pays`).
 #: Measured at the paper's shape, the module replayed from a CUDA graph with each way forced,
-#: each way after the other in one process on one H100 (same inputs, dense layer 1.79-1.85
-#: ms by the clock), in two runs: the dot products' layer against the fused one took 1.034 ms
-#: against 1.302 at 0.3% non-zero, 1.252 against 1.571 at 0.5% and 1.471 against 1.512 at
-#: 0.7% in one; 1.449 against 1.453 at 0.7% and 1.862 against 1.605 at 1% in the other. The
-#: crossover is at 0.7-0.73%. (The fused way's 1.571 at 0.5% stands out: a run with the
-#: earlier warp-a-pair dot products took 1.372 against their 1.345.) The parts agree: the
-#: gated kernel takes 1.07-1.10 ms at any density, the gate's pack about 0.6 ms, and the dot
-#: products 0.44 ms at 0.5% and 0.73 at 1%.
-FUSED_UP_MIN_DENSITY = 0.0075
+#: each way after the other in one process on one H100 (same inputs, best of two rounds,
+#: dense layer 1.82-1.85 ms by the clock): the dot products' layer against the fused one took
+#: 1.134 ms against 1.387 at 0.5% non-zero, 1.377 against 1.498 at 0.7%, 1.638 against 1.577
+#: at 0.9% and 1.719 against 1.623 at 1%: the crossover is at about 0.83%, where the layer
+#: with its hidden layer dense (:func:`dense_hidden`, from about 0.85%) takes over. The parts
+#: agree: the gated kernel takes 1.07-1.10 ms at any density, the gate's pack about 0.6 ms,
+#: and the dot products 0.32 ms at 0.5%, 0.43 at 0.7% and 0.58 at 1%.
+FUSED_UP_MIN_DENSITY = 0.0085
 
 
 def fused_up_pays(m, h, nnz):
