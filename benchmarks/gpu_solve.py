@@ -26,8 +26,11 @@ SOLVE_RTOL = {np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-6}
 SOLVE_MAX_ITERS = 5000
 #: GMRES: the relative difference allowed between the two formats' residuals after
 #: SOLVE_ITERS iterations (their products round differently, and GMRES's residual, minimal
-#: over the Krylov space, drifts slowly with them).
-RESIDUAL_TOL = {np.dtype(np.float32): 5e-2, np.dtype(np.float64): 1e-4}
+#: over the Krylov space, drifts slowly with them). On the graph's Laplacian in float64 it
+#: moves from run to run on the same inputs and the same twell: 4.6e-7, 1.7e-6 and 1.2e-4 in
+#: three runs on one H100 (float32: 8.6e-5 to 1.3e-4), with the same products to
+#: SOLVE_RTOL each time, so float64 allows 1e-3.
+RESIDUAL_TOL = {np.dtype(np.float32): 5e-2, np.dtype(np.float64): 1e-3}
 #: CG: the factor allowed between the two residuals, either way. CG's residual is not
 #: monotone: on the graph's Laplacian (condition ~1e5) it swings by 10x from one iteration to
 #: the next, and rounding shifts the swings, so at a fixed iteration the two formats' differ
