@@ -347,14 +347,9 @@ __global__ void twell_gated_up(const int* __restrict__ counts, const T* __restri
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
   for (long long window = 0; window < tiles; window += kWarp) {  // whole warp
-    // Lane i holds the entries of tiles window .. window + i (inclusive) and its own count.
+    // Lane i: its tile's count, and `through`, the entries of tiles window .. window + i.
     const int count = window + lane < tiles ? row_counts[window + lane] : 0;
-    int through = count;
-#pragma unroll
-    for (int offset = 1; offset < kWarp; offset <<= 1) {
-      const int below = __shfl_up_sync(kFullMask, through, offset);
-      if (lane >= offset) through += below;
-    }
+    const int through = warp_inclusive_scan(count, lane);
     const int entries = __shfl_sync(kFullMask, through, kWarp - 1);
     for (int q = warp; q < entries; q += warps) {
       const int owner = __popc(__ballot_sync(kFullMask, through <= q));  // q's tile in window
