@@ -511,26 +511,59 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
 }
 
-// Blocks per SM the one-tile SpMV's register cap allows: 8 (32 registers, every warp slot
-// of the SM) for 4- and 2-byte values; 6 (40 registers) for float64, whose 32-register build
-// spills. On the power-law graph (H100, float32) 32 registers against 40 took the kernel
-// from 0.192 to 0.164 ms; uncapped it took 56 (float32) and 94 (float64) registers and ran
-// 1.2x-2x slower (docs/design.rst, the SpMV).
+// y[row] of a hub row (one whose overflow holds at least hub_min entries: a power-law
+// graph's few long rows) of a one-tile layout, by a whole block of kSpmvHubBlock threads:
+// they read the row's slots, then its overflow kSpmvHubBlock * Loads entries a round, and
+// add their sums by the warps' butterflies, then the warp sums in warp order
+// (deterministic). The one-tile kernels give their first blocks one hub each.
+constexpr int kSpmvHubBlock = 256;
+template <typename T, int Loads, typename Index>
+__device__ __forceinline__ void spmv_hub_row(
+    const int* __restrict__ counts, const T* __restrict__ data, const Index* __restrict__ indices,
+    const long long* __restrict__ overflow_indptr, const int* __restrict__ overflow_indices,
+    const T* __restrict__ overflow_data, int slots, long long row, const T* __restrict__ x,
+    T* __restrict__ y) {
+  using Acc = typename Value<T>::Acc;
+  const auto over_column = [&](long long j) { return overflow_indices[j]; };
+  const long long base = row * slots;
+  const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
+  const int count = counts[row];
+  Acc acc = Acc(0);
+  for (int s = threadIdx.x; s < count; s += kSpmvHubBlock)
+    acc += Value<T>::to_acc(data[base + s]) * Value<T>::to_acc(x[static_cast<int>(indices[base + s])]);
+  acc = dot_run<T, kSpmvHubBlock, decltype(over_column), Loads>(threadIdx.x, o_start, o_end,
+                                                                overflow_data, over_column, x, acc);
+  const Team<kWarp> warp(threadIdx.x % kWarp);
+  acc = warp.sum(acc);
+  __shared__ Acc warp_sums[kSpmvHubBlock / kWarp];
+  if (warp.lane == 0) warp_sums[threadIdx.x / kWarp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Acc sum = warp_sums[0];
+#pragma unroll
+    for (int w = 1; w < kSpmvHubBlock / kWarp; ++w) sum += warp_sums[w];
+    y[row] = Value<T>::from_acc(sum);
+  }
+}
+
+// Blocks per SM the register cap of twell_spmv_one_tile allows: 8 (32 registers, every warp
+// slot of the SM) for 4- and 2-byte values; 6 (40 registers) for float64, whose 32-register
+// build spills. Uncapped, its teams took 56 (float32) and 94 (float64) registers and ran
+// 1.2x-2x slower on the power-law graph (docs/design.rst, the SpMV).
 template <typename T> struct OneTileBlocks {
   static constexpr int value = sizeof(typename Value<T>::Acc) == 8 ? 6 : 8;
 };
 
 // SpMV of a one-tile layout (tile_width >= K, what tile_width="auto" gives matrices of
-// short rows): a row's slots are contiguous, as a CSR row is, so a team of G lanes reads
-// them together (G = 1: a thread per row), Loads entries per lane and round, and sums by
-// the team's butterfly. Overflow = false reads no overflow_indptr (a layout without
-// overflow: 8 bytes a row less).
+// short rows) whose rows have room for few entries (a stencil): a row's slots are
+// contiguous, as a CSR row is, so a team of G lanes reads them together (the launcher takes
+// G = 1, a thread per row, with Loads = 8), Loads entries per lane and round, and sums by the
+// team's butterfly. Overflow = false reads no overflow_indptr (a layout without overflow: 8
+// bytes a row less). Rows with room for more entries take twell_spmv_one_tile_warp.
 // Hub rows, those whose overflow holds at least hub_min entries (a power-law graph's few
-// long rows), are listed in `hubs` and taken by the first n_hubs blocks, a block a row, in
-// the same launch: the block's 256 threads read the row's slots and overflow 256 * Loads
-// entries a round and add their sums by the warps' butterflies, then the 8 warp sums in
-// warp order (deterministic); the teams skip those rows. Every y is written once, by one
-// block, with no partial sums and no second kernel (a launch of a warp per chunk of 256
+// long rows), are listed in `hubs` and taken by the first n_hubs blocks, a block a row
+// (spmv_hub_row), in the same launch; the teams skip those rows. Every y is written once, by
+// one block, with no partial sums and no second kernel (a launch of a warp per chunk of 256
 // overflow entries, before the rows, costs 25 of the graph's 200 us: docs/design.rst).
 // Grid: n_hubs + ceil(M * G / kSpmvBlock), blocks of kSpmvBlock (256) threads.
 template <typename T, bool Overflow, int G, int Loads, typename Index = unsigned short>
@@ -548,27 +581,8 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
   const auto over_column = [&](long long j) { return overflow_indices[j]; };
   if constexpr (Overflow) {
     if (blockIdx.x < n_hubs) {  // the whole block: a hub row
-      constexpr int kBlock = 256;
-      const long long row = hubs[blockIdx.x];
-      const long long base = row * slots;
-      const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
-      const int count = counts[row];
-      Acc acc = Acc(0);
-      for (int s = threadIdx.x; s < count; s += kBlock)
-        acc += Value<T>::to_acc(data[base + s]) * Value<T>::to_acc(x[column(base + s)]);
-      acc = dot_run<T, kBlock, decltype(over_column), Loads>(threadIdx.x, o_start, o_end,
-                                                             overflow_data, over_column, x, acc);
-      const Team<kWarp> warp(threadIdx.x % kWarp);
-      acc = warp.sum(acc);
-      __shared__ Acc warp_sums[kBlock / kWarp];
-      if (warp.lane == 0) warp_sums[threadIdx.x / kWarp] = acc;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        Acc sum = warp_sums[0];
-#pragma unroll
-        for (int w = 1; w < kBlock / kWarp; ++w) sum += warp_sums[w];
-        y[row] = Value<T>::from_acc(sum);
-      }
+      spmv_hub_row<T, Loads>(counts, data, indices, overflow_indptr, overflow_indices,
+                             overflow_data, slots, hubs[blockIdx.x], x, y);
       return;
     }
   }
@@ -590,6 +604,166 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
                                                        over_column, x);
   acc = team.sum(acc);
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
+}
+
+// (batches in flight, blocks per SM) of twell_spmv_one_tile_warp: 2 batches at 40 registers
+// (6 blocks of 256 an SM) for 4- and 2-byte values, 4 at 64 (4 blocks) for float64; the
+// other shapes measured (2 or 3 batches at 32 or 40 registers, 4 at 64) were slower or
+// spilled (docs/design.rst, the SpMV).
+template <typename T> struct OneTileWarpShape {
+  static constexpr bool wide = sizeof(typename Value<T>::Acc) == 8;
+  static constexpr int batches = wide ? 4 : 2;
+  static constexpr int blocks = wide ? 4 : 6;
+};
+
+// SpMV of a one-tile layout whose rows have room for more than a few entries (a graph):
+// a warp takes 32 consecutive rows and streams their slots, then their overflow, as two
+// contiguous runs, 32 entries an instruction, so that each 128-byte line of the matrix is
+// asked of L2 once (a team per row asked for a line once per row and load, and L2's tag
+// lookups bound the product: docs/design.rst). Lane l's entry belongs to row rho: the slot
+// place over `slots` (a multiply by a 20-bit reciprocal up to 128 slots), the overflow place
+// by a binary search of the 32 rows' overflow starts, held one per lane. A batch's products
+// are added row by row by a segmented scan over the lanes (a fixed tree), and the last lane
+// of each row's segment adds the sum to the row's accumulator in shared memory: batches in
+// order, so the same bits on every run. Padding slots (past a row's count) add zeros and
+// read no x. Hub rows are the first blocks' (spmv_hub_row); the warps skip their slots and
+// their overflow runs. A warp whose overflow spans 2^31 entries or more (a hub of that
+// length among its rows) sums each other row's overflow in its own lane instead.
+// Grid: n_hubs + ceil(M / 256), blocks of 256 threads (kSpmvHubBlock), 8 warps of 32 rows.
+template <typename T, bool Overflow, typename Index = unsigned short>
+__global__ void __launch_bounds__(256, OneTileWarpShape<T>::blocks)
+twell_spmv_one_tile_warp(const int* __restrict__ counts, const T* __restrict__ data,
+                         const Index* __restrict__ indices,
+                         const long long* __restrict__ overflow_indptr,
+                         const int* __restrict__ overflow_indices,
+                         const T* __restrict__ overflow_data, long long n_rows, int slots,
+                         const long long* __restrict__ hubs, long long n_hubs,
+                         long long hub_min, const T* __restrict__ x, T* __restrict__ y) {
+  using Acc = typename Value<T>::Acc;
+  constexpr int U = OneTileWarpShape<T>::batches;
+  if constexpr (Overflow) {
+    if (blockIdx.x < n_hubs) {  // the whole block: a hub row
+      spmv_hub_row<T, 2>(counts, data, indices, overflow_indptr, overflow_indices,
+                         overflow_data, slots, hubs[blockIdx.x], x, y);
+      return;
+    }
+  }
+  __shared__ Acc row_sums[kSpmvHubBlock];
+  const int lane = threadIdx.x % kWarp;
+  Acc* sums = row_sums + threadIdx.x / kWarp * kWarp;
+  const long long r0 = ((static_cast<long long>(blockIdx.x) - n_hubs) * (blockDim.x / kWarp)
+                        + threadIdx.x / kWarp) * kWarp;
+  if (r0 >= n_rows) return;  // the whole warp
+  const long long row = r0 + lane;
+  const bool in = row < n_rows;
+  const int rows_here = static_cast<int>(n_rows - r0 < kWarp ? n_rows - r0 : kWarp);
+  int count = in ? counts[row] : 0;
+  long long own = 0;  // where the lane's row's overflow starts (the last row's end past M)
+  bool hub = false;
+  if constexpr (Overflow) {
+    own = overflow_indptr[in ? row : n_rows];
+    hub = in && overflow_indptr[row + 1] - own >= hub_min;
+    if (hub) count = 0;
+  }
+  sums[lane] = Acc(0);
+  __syncwarp();
+  // Adds a batch's products (rho: the lane's row in the warp, kWarp for none) to the rows.
+  const auto add_batch = [&](Acc v, int rho) {
+#pragma unroll
+    for (int d = 1; d < kWarp; d <<= 1) {
+      const Acc up = __shfl_up_sync(kFullMask, v, d);
+      const int rho_up = __shfl_up_sync(kFullMask, rho, d);
+      if (lane >= d && rho_up == rho) v += up;
+    }
+    const int rho_next = __shfl_down_sync(kFullMask, rho, 1);
+    if (rho < kWarp && (lane == kWarp - 1 || rho_next != rho)) sums[rho] += v;
+    __syncwarp();
+  };
+  // The slots: rows_here * slots places from row r0's first.
+  const int places = rows_here * slots;
+  const long long base = r0 * slots;
+  // rho = p / slots as (p * reciprocal) >> 20, exact for p < 32 * slots while slots <= 128.
+  const unsigned reciprocal = slots <= 128 ? ((1u << 20) + slots - 1) / slots : 0u;
+  for (int p0 = 0; p0 < places; p0 += kWarp * U) {
+    T v[U];
+    Index c[U];
+    int rho[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = p0 + u * kWarp + lane;
+      rho[u] = kWarp;
+      if (p < places) {
+        v[u] = data[base + p];
+        c[u] = indices[base + p];
+        rho[u] = reciprocal ? static_cast<int>((static_cast<unsigned>(p) * reciprocal) >> 20)
+                            : p / slots;
+      }
+    }
+    Acc products[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int p = p0 + u * kWarp + lane;
+      const int row_count = __shfl_sync(kFullMask, count, rho[u] % kWarp);
+      // Past the row's count nothing is read or multiplied (0 * Inf would be NaN).
+      products[u] = rho[u] < kWarp && p - rho[u] * slots < row_count
+                        ? Value<T>::to_acc(v[u]) * Value<T>::to_acc(x[static_cast<int>(c[u])])
+                        : Acc(0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) add_batch(products[u], rho[u]);
+  }
+  if constexpr (Overflow) {
+    const long long first = __shfl_sync(kFullMask, own, 0);
+    const long long last = overflow_indptr[r0 + rows_here];
+    if (last - first >= 0x7fffffffLL) {  // a hub of 2^31 entries: each row in its lane
+      const auto over_column = [&](long long j) { return overflow_indices[j]; };
+      if (in && !hub)
+        sums[lane] = dot_run<T, 1, decltype(over_column), 2>(
+            0, own, overflow_indptr[row + 1], overflow_data, over_column, x, sums[lane]);
+    } else {
+      // Places relative to the warp's first overflow entry, in 32 bits.
+      const T* __restrict__ ov = overflow_data + first;
+      const int* __restrict__ oc = overflow_indices + first;
+      const int start_of = static_cast<int>((in ? own : last) - first);
+      const int end = static_cast<int>(last - first);
+      int start = 0;
+      // Runs between hub rows, in row order.
+      for (unsigned hubs_left = __ballot_sync(kFullMask, hub);; hubs_left &= hubs_left - 1) {
+        const int h = hubs_left ? __ffs(hubs_left) - 1 : -1;
+        const int stop = h >= 0 ? __shfl_sync(kFullMask, start_of, h) : end;
+        for (int p0 = start; p0 < stop; p0 += kWarp * U) {
+          T v[U];
+          int c[U];
+          int rho[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int p = p0 + u * kWarp + lane;
+            int r = 0;  // the last row of the warp whose overflow starts at or before p
+#pragma unroll
+            for (int step = kWarp / 2; step > 0; step >>= 1)
+              if (__shfl_sync(kFullMask, start_of, r + step) <= p) r += step;
+            rho[u] = kWarp;
+            if (p < stop) {
+              v[u] = ov[p];
+              c[u] = oc[p];
+              rho[u] = r;
+            }
+          }
+          Acc products[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+            products[u] = rho[u] < kWarp ? Value<T>::to_acc(v[u]) * Value<T>::to_acc(x[c[u]])
+                                         : Acc(0);
+#pragma unroll
+          for (int u = 0; u < U; ++u) add_batch(products[u], rho[u]);
+        }
+        if (h < 0) break;
+        start = h + 1 < kWarp ? __shfl_sync(kFullMask, start_of, (h + 1) % kWarp) : end;
+      }
+    }
+    __syncwarp();
+  }
+  if (in && !hub) y[row] = Value<T>::from_acc(sums[lane]);
 }
 
 // Threads per block of twell_spmv_thread_rows (the launcher's block), and blocks per SM its

@@ -253,23 +253,19 @@ def test_fused_up_projection_follows_the_density(density, want):
 
 
 @pytest.mark.parametrize("dtype, slots, overflow, want", [
-    (np.float32, 5, 0, (1, 8)),    # the stencil: a thread per row
-    (np.float64, 5, 0, (1, 8)),
-    (np.float32, 11, 0, (8, 2)),   # the graph: teams of 8 lanes for 2- and 4-byte values
-    (BF16, 11, 0, (8, 2)),
-    (np.float64, 11, 0, (4, 2)),   # teams of 4 for float64
-    (np.float64, 4, 100, (4, 2)),  # room 4 + 100 / 10 rows: the overflow counts
-    (np.float32, 4, 40, (1, 8)),   # room 8: still a thread per row
-    (np.float32, 16, 180, (16, 2)),  # room 34 (the graph's Laplacian): teams twice as wide
-    (BF16, 16, 80, (16, 2)),         # room 24: just wide
-    (np.float32, 16, 79, (8, 2)),    # room 23.9: not yet
-    (np.float64, 8, 260, (8, 2)),    # room 34 in float64: teams of 8
+    (np.float32, 5, 0, "thread"),   # the stencil: a thread per row
+    (np.float64, 5, 0, "thread"),
+    (np.float32, 11, 0, "warp"),    # the graph: a warp streams 32 rows
+    (BF16, 11, 0, "warp"),
+    (np.float64, 11, 0, "warp"),
+    (np.float64, 4, 100, "warp"),   # room 4 + 100 / 10 rows: the overflow counts
+    (np.float32, 4, 40, "thread"),  # room 8: still a thread per row
+    (np.float32, 16, 180, "warp"),  # room 34 (the graph's Laplacian)
+    (np.float32, (1 << 20) + 1, 0, "thread"),  # slot places past the warp's 32-bit count
 ], ids=str)
-def test_one_tile_spmv_shape_follows_the_room_and_the_value_size(dtype, slots, overflow, want):
-    # The one-tile SpMV's (lanes, loads) from the arrays' shapes alone (no GPU needed), one of
-    # the compiled shapes.
-    parts = types.SimpleNamespace(data=np.empty((10, 1, slots), dtype=dtype),
+def test_one_tile_spmv_way_follows_the_room(dtype, slots, overflow, want):
+    # The one-tile SpMV's kernel from the arrays' shapes alone (no GPU needed).
+    parts = types.SimpleNamespace(data=types.SimpleNamespace(shape=(10, 1, slots), dtype=dtype),
                                   overflow_indices=np.empty(overflow, dtype=np.int32))
-    got = _policy.one_tile_lanes(parts, 10)
-    assert got == want and got in _compile.SPMV_ONE_TILE_SHAPES
+    assert _policy.one_tile_way(parts, 10) == want
 

@@ -318,20 +318,22 @@ def test_spmv_matches_the_float64_product_on_every_team_width(rng, monkeypatch, 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, twell.bfloat16],
                          ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("shape", _compile.SPMV_ONE_TILE_SHAPES, ids=lambda s: f"G{s[0]}-L{s[1]}")
+@pytest.mark.parametrize("way", ["thread", "warp"])
 @pytest.mark.parametrize("k", [3000, 70000], ids=["uint16-columns", "int-columns"])
 @pytest.mark.parametrize("hub_min", [None, 16], ids=["hub-min-default", "hub-min-16"])
-def test_one_tile_spmv_matches_the_float64_product(rng, monkeypatch, dtype, shape, k, hub_min):
-    # One tile a row (tile width >= K) takes twell_spmv_one_tile in each (lanes, loads) shape:
-    # rows empty, within their slots, just past them, with overflows a team sums and hub
-    # rows (overflow of SPMV_HUB_MIN entries or more) that the first blocks sum, a block a
-    # row: at the default bound (256) the rows of 2,500 overflow entries (rounds of 256 *
-    # Loads), at 16 also those of 16 to 100 (one just at the bound, one below), several
-    # next to each other; every length at several offsets within a warp; then without any
-    # overflow (the instance that reads no overflow row pointer). Within rounding of the
-    # float64 product, every element written, the same bits from A @ x's kept launch, from
-    # A @ X with one column and twice.
-    monkeypatch.setattr(_policy, "one_tile_lanes", lambda *_: shape)
+def test_one_tile_spmv_matches_the_float64_product(rng, monkeypatch, dtype, way, k, hub_min):
+    # One tile a row (tile width >= K) takes twell_spmv_one_tile (a thread per row) or
+    # twell_spmv_one_tile_warp (a warp streams 32 rows): rows empty, within their slots, just
+    # past them, with overflows and hub rows (overflow of SPMV_HUB_MIN entries or more) that
+    # the first blocks sum, a block a row: at the default bound (256) the rows of 2,500
+    # overflow entries (rounds of 256 * Loads), at 16 also those of 16 to 100 (one just at
+    # the bound, one below), several next to each other, so that a warp's overflow runs
+    # between hubs; every length at several offsets within a warp, and a last warp of 16
+    # rows; then without any overflow (the instance that reads no overflow row pointer) at
+    # 2,504 slots (the warp's slot rows by division, not by its reciprocal). Within rounding
+    # of the float64 product, every element written, the same bits from A @ x's kept launch,
+    # from A @ X with one column and twice.
+    monkeypatch.setattr(_policy, "one_tile_way", lambda *_: way)
     if hub_min:
         monkeypatch.setattr(_policy, "SPMV_HUB_MIN", hub_min)
     slots = 4

@@ -49,6 +49,10 @@ def _typed(kernel):
     return [f"{kernel}<{CTYPES[d]}>" for d in SUPPORTED_DTYPES]
 
 
+#: The kernels with an instance that walks the tile index (:func:`listed`).
+_LISTED = ("twell_spmm_rows", "twell_spmv_thread_rows")
+
+
 def listed(instance):
     """The instance of a gather kernel that walks the tile index (template argument
     ``Listed = true``, ``TwELLMatrix.index_tiles``)."""
@@ -89,10 +93,10 @@ SPMM_ROWS_SHAPES = ((32, 4, 1), (32, 2, 2), (32, 1, 4), (16, 4, 1), (16, 1, 4), 
 #: ``twell_spmv_thread_rows`` (a thread per row), the others ``twell_spmv_rows`` (a team).
 SPMV_LANES = (1, 32)
 
-#: (G lanes per row, entries a lane reads at once) of the one-tile SpMV
-#: (``twell_spmv_one_tile``), chosen by the row's room and the values' size
-#: (:func:`._policy.one_tile_lanes`).
-SPMV_ONE_TILE_SHAPES = ((1, 8), (4, 2), (8, 2), (16, 2))
+#: (G lanes per row, entries a lane reads at once) of ``twell_spmv_one_tile``, the one-tile
+#: SpMV of rows with room for few entries: a thread per row reading 8 entries at once.
+#: Other rows take ``twell_spmv_one_tile_warp`` (:func:`._policy.one_tile_way`).
+SPMV_ONE_TILE_THREAD = (1, 8)
 
 #: Suffix of the module key of a source's instances for tiles wider than 65536 columns, whose
 #: columns within a tile are int (``indices`` int32); the narrow instances keep the default
@@ -105,7 +109,8 @@ WIDE = ":wide"
 _BEFORE_INDEX = {"twell_pack_dense": (4, ("1",)), "twell_pack_csr": (1, ()),
                  "twell_unpack_dense": (2, ()), "twell_rows_to_csr": (1, ()),
                  "twell_spmm_rows": (6, ("false",)), "twell_spmv_rows": (2, ()),
-                 "twell_spmv_thread_rows": (2, ("false",)), "twell_spmv_one_tile": (4, ())}
+                 "twell_spmv_thread_rows": (2, ("false",)), "twell_spmv_one_tile": (4, ()),
+                 "twell_spmv_one_tile_warp": (2, ())}
 
 
 def wide(expression):
@@ -138,7 +143,9 @@ INSTANCES = {
                 + [f"{k[:-1]}, {g}>" for k in _typed("twell_spmv_rows") for g in SPMV_LANES[1:]]
                 + _typed("twell_spmv_thread_rows")
                 + [f"{k[:-1]}, {over}, {g}, {loads}>" for k in _typed("twell_spmv_one_tile")
-                   for g, loads in SPMV_ONE_TILE_SHAPES for over in ("false", "true")]
+                   for g, loads in (SPMV_ONE_TILE_THREAD,) for over in ("false", "true")]
+                + [f"{k[:-1]}, {over}>" for k in _typed("twell_spmv_one_tile_warp")
+                   for over in ("false", "true")]
                 + [listed(k) for k in _vectored("twell_spmm_rows")
                    for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
                 + [listed(k) for k in _typed("twell_spmv_thread_rows")]),
@@ -162,7 +169,8 @@ INSTANCES = {
 #: and the tile index's (a row of wide tiles has few; the launchers walk its counts).
 INSTANCES.update({
     f"{name}{WIDE}": [wide(e) for e in INSTANCES[name]
-                      if e.partition("<")[0] in _BEFORE_INDEX and not e.endswith("true>")
+                      if e.partition("<")[0] in _BEFORE_INDEX
+                      and not (e.partition("<")[0] in _LISTED and e.endswith("true>"))
                       and not (e.startswith("twell_pack_dense<") and not e.endswith(", 1>"))]
     for name in ("pack.cu", "unpack.cu", "spmm.cu")})
 

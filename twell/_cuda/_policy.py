@@ -197,13 +197,13 @@ def spmv_lanes(parts, m, tile_index=None):
 
 
 #: Room of a row (:func:`row_room`) up to which the one-tile SpMV takes a thread per row:
-#: see :func:`one_tile_lanes`.
+#: see :func:`one_tile_way`.
 ONE_TILE_ROOM = 8
 
-#: Room of a row from which the one-tile SpMV's teams are twice as wide (16 lanes for 2- and
-#: 4-byte values, 8 for float64): between the power-law graph's rows (room about 17), where
-#: the narrower teams are faster, and its Laplacian's (about 34), where the wider are.
-ONE_TILE_WIDE_ROOM = 24
+#: The most slots for which the one-tile SpMV streams 32 rows' slots a warp
+#: (``twell_spmv_one_tile_warp`` counts a warp's slot places in 32 bits); more take a thread
+#: per row.
+ONE_TILE_WARP_MAX_SLOTS = 1 << 20
 
 #: Overflow entries from which a row of the one-tile SpMV is a hub, summed by a block of its
 #: own (``twell_spmv_one_tile``'s first blocks) rather than by a team of lanes, so that a
@@ -214,26 +214,21 @@ ONE_TILE_WIDE_ROOM = 24
 SPMV_HUB_MIN = 256
 
 
-def one_tile_lanes(parts, m):
-    """``(G, Loads)`` of the one-tile SpMV (``twell_spmv_one_tile``): G lanes per row, each
-    reading Loads entries before their x values, from the row's room (slots plus an even share
-    of the overflow; no sync) and the values' size: a thread per row up to
-    :data:`ONE_TILE_ROOM`, else teams of 8 lanes reading 2 entries each for 2- and 4-byte
-    values and of 4 for float64, twice as wide from :data:`ONE_TILE_WIDE_ROOM`.
+def one_tile_way(parts, m):
+    """The one-tile SpMV's kernel from the row's room (slots plus an even share of the
+    overflow; no sync): ``"thread"`` (``twell_spmv_one_tile``, a thread per row reading 8
+    entries at once) up to :data:`ONE_TILE_ROOM`, else ``"warp"``
+    (``twell_spmv_one_tile_warp``, a warp streaming 32 rows' slots and overflow).
 
-    Measured on an H100 (docs/design.rst, the SpMV; one run, every shape on the same
-    matrices): a thread per row reading 8 entries at once on the Poisson stencil (room 5:
-    0.0230 ms in float32 against 0.0275 for 2 lanes and 0.035 for 4); on the power-law graph
-    (room about 17) 8 lanes for float32 (0.1611 ms at 8 slots against 0.1639 for 4 and 0.2154
-    for 16) and 4 for float64 (0.1814 against 0.1950 for 8); on its Laplacian (room about 34)
-    16 lanes for float32 (0.2991 ms at its 16 slots against 0.3045 for 8) and 8 for float64
-    (0.3299 at its 8 slots against 0.3610 for 4). Reading 1 or 4 entries a lane was slower in
-    every case but the stencil's."""
-    room = row_room(parts, m)
-    if room <= ONE_TILE_ROOM:
-        return _compile.SPMV_ONE_TILE_SHAPES[0]
-    lanes = 4 if parts.data.dtype.itemsize == 8 else 8
-    return (2 * lanes if room >= ONE_TILE_WIDE_ROOM else lanes), 2
+    Measured on an H100 (docs/design.rst, the SpMV): a thread per row on the Poisson stencil
+    (room 5: 0.0230 ms in float32 against 0.0275 for teams of 2 lanes and 0.035 for 4); the
+    warp on the power-law graph (room about 17: 0.1588 ms in float32 and 0.1786 in float64
+    against 0.171 and 0.188 for the fastest teams of lanes a row) and on its Laplacian (room
+    about 34: 0.3076 ms in float32 against 0.3238 for teams of 16, 0.3454 in float64 against
+    0.3464 for teams of 8)."""
+    if row_room(parts, m) <= ONE_TILE_ROOM or parts.data.shape[2] > ONE_TILE_WARP_MAX_SLOTS:
+        return "thread"
+    return "warp"
 
 
 def spmm_way(m, k, n, dtype, nnz_hint):

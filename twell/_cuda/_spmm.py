@@ -131,9 +131,11 @@ def spmv(parts, shape, tile_width, dtype, tile_index=None):
     (``TwELLMatrix.matvec`` keeps this function). The kernels, by the layout:
 
     * one tile a row (``tile_width >= K``, what ``tile_width="auto"`` gives matrices of short
-      rows): ``twell_spmv_one_tile``, a team of :func:`._policy.one_tile_lanes` lanes per
-      row reading its slots as a CSR row is read, without the overflow's row pointer when
-      there is no overflow; a row whose overflow holds at least
+      rows), by :func:`._policy.one_tile_way`: ``twell_spmv_one_tile``, a thread per row
+      reading its slots as a CSR row is read, without the overflow's row pointer when there
+      is no overflow, for rows with room for few entries; else
+      ``twell_spmv_one_tile_warp``, a warp streaming 32 rows' slots and then their overflow
+      with coalesced loads; in both a row whose overflow holds at least
       :data:`._policy.SPMV_HUB_MIN` entries (a hub) is summed by a block of its own in the
       same launch;
     * else a thread per row (``twell_spmv_thread_rows``, walking ``tile_index`` where it
@@ -168,17 +170,21 @@ def spmv(parts, shape, tile_width, dtype, tile_index=None):
 
 def _one_tile_spmv(parts, m, dtype):
     """:func:`spmv` for a layout of one tile a row."""
-    lanes, loads = _policy.one_tile_lanes(parts, m)
     n_over = int(parts.overflow_indices.size)
-    kernel = _compile.function(*indexed(
-        "spmm.cu", instance_n("twell_spmv_one_tile", dtype,
-                              "true" if n_over else "false", lanes, loads), parts.indices.dtype))
+    over = "true" if n_over else "false"
+    if _policy.one_tile_way(parts, m) == "warp":
+        expr = instance_n("twell_spmv_one_tile_warp", dtype, over)
+        rows_per_block = BLOCK  # 8 warps of 32 rows
+    else:
+        expr = instance_n("twell_spmv_one_tile", dtype, over, *_compile.SPMV_ONE_TILE_THREAD)
+        rows_per_block = BLOCK // _compile.SPMV_ONE_TILE_THREAD[0]
+    kernel = _compile.function(*indexed("spmm.cu", expr, parts.indices.dtype))
     hub_min = _policy.SPMV_HUB_MIN
     if n_over:  # the hub rows, listed once here (a read-back of the list's length)
         hubs = cupy.flatnonzero(cupy.diff(parts.overflow_indptr) >= hub_min)
     else:
         hubs = cupy.empty(0, dtype=np.int64)
-    grid = (hubs.size + blocks(m * lanes, BLOCK)[0],)
+    grid = (hubs.size + -(-m // rows_per_block),)
     args = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
             parts.overflow_indices, parts.overflow_data, i64(m), i32(parts.data.shape[2]),
             hubs, i64(hubs.size), i64(hub_min))
