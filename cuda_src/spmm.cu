@@ -679,39 +679,54 @@ twell_spmv_one_tile_warp(const int* __restrict__ counts, const T* __restrict__ d
     if (rho < kWarp && (lane == kWarp - 1 || rho_next != rho)) sums[rho] += v;
     __syncwarp();
   };
-  // The slots: rows_here * slots places from row r0's first.
-  const int places = rows_here * slots;
-  const long long base = r0 * slots;
-  // rho = p / slots as (p * reciprocal) >> 20, exact for p < 32 * slots while slots <= 128.
-  const unsigned reciprocal = slots <= 128 ? ((1u << 20) + slots - 1) / slots : 0u;
-  for (int p0 = 0; p0 < places; p0 += kWarp * U) {
-    T v[U];
-    Index c[U];
-    int rho[U];
+  // Streams the places [begin, end) of a run, U batches of 32 at a time: row_of(p) is the
+  // row in the warp of place p, entry_at(p, v, c) reads its value and column, counted(p, rho)
+  // says whether it holds an entry (every lane calls it: it may shuffle); past `end` or
+  // uncounted, nothing is read or multiplied (0 * Inf would be NaN).
+  const auto stream = [&](int begin, int end, auto row_of, auto entry_at, auto counted) {
+    for (int p0 = begin; p0 < end; p0 += kWarp * U) {
+      T v[U];
+      int c[U];
+      int rho[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int p = p0 + u * kWarp + lane;
-      rho[u] = kWarp;
-      if (p < places) {
-        v[u] = data[base + p];
-        c[u] = indices[base + p];
-        rho[u] = reciprocal ? static_cast<int>((static_cast<unsigned>(p) * reciprocal) >> 20)
-                            : p / slots;
+      for (int u = 0; u < U; ++u) {
+        const int p = p0 + u * kWarp + lane;
+        const int r = row_of(p);
+        rho[u] = kWarp;
+        if (p < end) {
+          entry_at(p, v[u], c[u]);
+          rho[u] = r;
+        }
       }
-    }
-    Acc products[U];
+      Acc products[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int p = p0 + u * kWarp + lane;
-      const int row_count = __shfl_sync(kFullMask, count, rho[u] % kWarp);
-      // Past the row's count nothing is read or multiplied (0 * Inf would be NaN).
-      products[u] = rho[u] < kWarp && p - rho[u] * slots < row_count
-                        ? Value<T>::to_acc(v[u]) * Value<T>::to_acc(x[static_cast<int>(c[u])])
-                        : Acc(0);
-    }
+      for (int u = 0; u < U; ++u) {
+        const bool entry = counted(p0 + u * kWarp + lane, rho[u]);
+        products[u] = rho[u] < kWarp && entry
+                          ? Value<T>::to_acc(v[u]) * Value<T>::to_acc(x[c[u]])
+                          : Acc(0);
+      }
 #pragma unroll
-    for (int u = 0; u < U; ++u) add_batch(products[u], rho[u]);
-  }
+      for (int u = 0; u < U; ++u) add_batch(products[u], rho[u]);
+    }
+  };
+  // The slots: rows_here * slots places from row r0's first; rho = p / slots as
+  // (p * reciprocal) >> 20, exact for p < 32 * slots while slots <= 128.
+  const long long base = r0 * slots;
+  const unsigned reciprocal = slots <= 128 ? ((1u << 20) + slots - 1) / slots : 0u;
+  stream(
+      0, rows_here * slots,
+      [&](int p) {
+        return reciprocal ? static_cast<int>((static_cast<unsigned>(p) * reciprocal) >> 20)
+                          : p / slots;
+      },
+      [&](int p, T& v, int& c) {
+        v = data[base + p];
+        c = static_cast<int>(indices[base + p]);
+      },
+      [&](int p, int rho) {  // padding slots past the row's count hold no entry
+        return p - rho * slots < __shfl_sync(kFullMask, count, rho % kWarp);
+      });
   if constexpr (Overflow) {
     const long long first = __shfl_sync(kFullMask, own, 0);
     const long long last = overflow_indptr[r0 + rows_here];
@@ -726,37 +741,24 @@ twell_spmv_one_tile_warp(const int* __restrict__ counts, const T* __restrict__ d
       const int* __restrict__ oc = overflow_indices + first;
       const int start_of = static_cast<int>((in ? own : last) - first);
       const int end = static_cast<int>(last - first);
+      const auto row_of = [&](int p) {  // the last row whose overflow starts at or before p
+        int r = 0;
+#pragma unroll
+        for (int step = kWarp / 2; step > 0; step >>= 1)
+          if (__shfl_sync(kFullMask, start_of, r + step) <= p) r += step;
+        return r;
+      };
+      const auto entry_at = [&](int p, T& v, int& c) {
+        v = ov[p];
+        c = oc[p];
+      };
+      const auto counted = [](int, int) { return true; };
       int start = 0;
       // Runs between hub rows, in row order.
       for (unsigned hubs_left = __ballot_sync(kFullMask, hub);; hubs_left &= hubs_left - 1) {
         const int h = hubs_left ? __ffs(hubs_left) - 1 : -1;
         const int stop = h >= 0 ? __shfl_sync(kFullMask, start_of, h) : end;
-        for (int p0 = start; p0 < stop; p0 += kWarp * U) {
-          T v[U];
-          int c[U];
-          int rho[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const int p = p0 + u * kWarp + lane;
-            int r = 0;  // the last row of the warp whose overflow starts at or before p
-#pragma unroll
-            for (int step = kWarp / 2; step > 0; step >>= 1)
-              if (__shfl_sync(kFullMask, start_of, r + step) <= p) r += step;
-            rho[u] = kWarp;
-            if (p < stop) {
-              v[u] = ov[p];
-              c[u] = oc[p];
-              rho[u] = r;
-            }
-          }
-          Acc products[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-            products[u] = rho[u] < kWarp ? Value<T>::to_acc(v[u]) * Value<T>::to_acc(x[c[u]])
-                                         : Acc(0);
-#pragma unroll
-          for (int u = 0; u < U; ++u) add_batch(products[u], rho[u]);
-        }
+        stream(start, stop, row_of, entry_at, counted);
         if (h < 0) break;
         start = h + 1 < kWarp ? __shfl_sync(kFullMask, start_of, (h + 1) % kWarp) : end;
       }
