@@ -530,7 +530,8 @@ __device__ __forceinline__ void spmv_hub_row(
   const int count = counts[row];
   Acc acc = Acc(0);
   for (int s = threadIdx.x; s < count; s += kSpmvHubBlock)
-    acc += Value<T>::to_acc(data[base + s]) * Value<T>::to_acc(x[static_cast<int>(indices[base + s])]);
+    acc += Value<T>::to_acc(data[base + s]) *
+           Value<T>::to_acc(x[static_cast<int>(indices[base + s])]);
   acc = dot_run<T, kSpmvHubBlock, decltype(over_column), Loads>(threadIdx.x, o_start, o_end,
                                                                 overflow_data, over_column, x, acc);
   const Team<kWarp> warp(threadIdx.x % kWarp);
@@ -608,8 +609,8 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
 
 // (batches in flight, blocks per SM) of twell_spmv_one_tile_warp: 2 batches at 40 registers
 // (6 blocks of 256 an SM) for 4- and 2-byte values, 4 at 64 (4 blocks) for float64; the
-// other shapes measured (2 or 3 batches at 32 or 40 registers, 4 at 64) were slower or
-// spilled (docs/design.rst, the SpMV).
+// other shapes measured (3 batches at 40 registers, 2 at 32, 4 at 64 for float32) were
+// slower or spilled (docs/design.rst, the SpMV).
 template <typename T> struct OneTileWarpShape {
   static constexpr bool wide = sizeof(typename Value<T>::Acc) == 8;
   static constexpr int batches = wide ? 4 : 2;
