@@ -511,12 +511,13 @@ __global__ void twell_spmv_rows(const int* __restrict__ counts, const T* __restr
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
 }
 
+// Threads per block of the one-tile kernels (the launcher's BLOCK).
+constexpr int kOneTileBlock = 256;
 // y[row] of a hub row (one whose overflow holds at least hub_min entries: a power-law
-// graph's few long rows) of a one-tile layout, by a whole block of kSpmvHubBlock threads:
-// they read the row's slots, then its overflow kSpmvHubBlock * Loads entries a round, and
+// graph's few long rows) of a one-tile layout, by a whole block of kOneTileBlock threads:
+// they read the row's slots, then its overflow kOneTileBlock * Loads entries a round, and
 // add their sums by the warps' butterflies, then the warp sums in warp order
 // (deterministic). The one-tile kernels give their first blocks one hub each.
-constexpr int kSpmvHubBlock = 256;
 template <typename T, int Loads, typename Index>
 __device__ __forceinline__ void spmv_hub_row(
     const int* __restrict__ counts, const T* __restrict__ data, const Index* __restrict__ indices,
@@ -529,20 +530,20 @@ __device__ __forceinline__ void spmv_hub_row(
   const long long o_start = overflow_indptr[row], o_end = overflow_indptr[row + 1];
   const int count = counts[row];
   Acc acc = Acc(0);
-  for (int s = threadIdx.x; s < count; s += kSpmvHubBlock)
+  for (int s = threadIdx.x; s < count; s += kOneTileBlock)
     acc += Value<T>::to_acc(data[base + s]) *
            Value<T>::to_acc(x[static_cast<int>(indices[base + s])]);
-  acc = dot_run<T, kSpmvHubBlock, decltype(over_column), Loads>(threadIdx.x, o_start, o_end,
+  acc = dot_run<T, kOneTileBlock, decltype(over_column), Loads>(threadIdx.x, o_start, o_end,
                                                                 overflow_data, over_column, x, acc);
   const Team<kWarp> warp(threadIdx.x % kWarp);
   acc = warp.sum(acc);
-  __shared__ Acc warp_sums[kSpmvHubBlock / kWarp];
+  __shared__ Acc warp_sums[kOneTileBlock / kWarp];
   if (warp.lane == 0) warp_sums[threadIdx.x / kWarp] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
     Acc sum = warp_sums[0];
 #pragma unroll
-    for (int w = 1; w < kSpmvHubBlock / kWarp; ++w) sum += warp_sums[w];
+    for (int w = 1; w < kOneTileBlock / kWarp; ++w) sum += warp_sums[w];
     y[row] = Value<T>::from_acc(sum);
   }
 }
@@ -566,9 +567,9 @@ template <typename T> struct OneTileBlocks {
 // (spmv_hub_row), in the same launch; the teams skip those rows. Every y is written once, by
 // one block, with no partial sums and no second kernel (a launch of a warp per chunk of 256
 // overflow entries, before the rows, costs 25 of the graph's 200 us: docs/design.rst).
-// Grid: n_hubs + ceil(M * G / kSpmvBlock), blocks of kSpmvBlock (256) threads.
+// Grid: n_hubs + ceil(M * G / kOneTileBlock), blocks of kOneTileBlock threads.
 template <typename T, bool Overflow, int G, int Loads, typename Index = unsigned short>
-__global__ void __launch_bounds__(256, OneTileBlocks<T>::value)
+__global__ void __launch_bounds__(kOneTileBlock, OneTileBlocks<T>::value)
 twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
                     const Index* __restrict__ indices,
                     const long long* __restrict__ overflow_indptr,
@@ -612,9 +613,9 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
 // other shapes measured (3 batches at 40 registers, 2 at 32, 4 at 64 for float32) were
 // slower or spilled (docs/design.rst, the SpMV).
 template <typename T> struct OneTileWarpShape {
-  static constexpr bool wide = sizeof(typename Value<T>::Acc) == 8;
-  static constexpr int batches = wide ? 4 : 2;
-  static constexpr int blocks = wide ? 4 : 6;
+  static constexpr bool double_acc = sizeof(typename Value<T>::Acc) == 8;
+  static constexpr int batches = double_acc ? 4 : 2;
+  static constexpr int blocks = double_acc ? 4 : 6;
 };
 
 // SpMV of a one-tile layout whose rows have room for more than a few entries (a graph):
@@ -630,9 +631,9 @@ template <typename T> struct OneTileWarpShape {
 // read no x. Hub rows are the first blocks' (spmv_hub_row); the warps skip their slots and
 // their overflow runs. A warp whose overflow spans 2^31 entries or more (a hub of that
 // length among its rows) sums each other row's overflow in its own lane instead.
-// Grid: n_hubs + ceil(M / 256), blocks of 256 threads (kSpmvHubBlock), 8 warps of 32 rows.
+// Grid: n_hubs + ceil(M / kOneTileBlock), blocks of kOneTileBlock threads, 8 warps of 32 rows.
 template <typename T, bool Overflow, typename Index = unsigned short>
-__global__ void __launch_bounds__(256, OneTileWarpShape<T>::blocks)
+__global__ void __launch_bounds__(kOneTileBlock, OneTileWarpShape<T>::blocks)
 twell_spmv_one_tile_warp(const int* __restrict__ counts, const T* __restrict__ data,
                          const Index* __restrict__ indices,
                          const long long* __restrict__ overflow_indptr,
@@ -649,7 +650,7 @@ twell_spmv_one_tile_warp(const int* __restrict__ counts, const T* __restrict__ d
       return;
     }
   }
-  __shared__ Acc row_sums[kSpmvHubBlock];
+  __shared__ Acc row_sums[kOneTileBlock];
   const int lane = threadIdx.x % kWarp;
   Acc* sums = row_sums + threadIdx.x / kWarp * kWarp;
   const long long r0 = ((static_cast<long long>(blockIdx.x) - n_hubs) * (blockDim.x / kWarp)

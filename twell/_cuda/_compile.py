@@ -49,10 +49,6 @@ def _typed(kernel):
     return [f"{kernel}<{CTYPES[d]}>" for d in SUPPORTED_DTYPES]
 
 
-#: The kernels with an instance that walks the tile index (:func:`listed`).
-_LISTED = ("twell_spmm_rows", "twell_spmv_thread_rows")
-
-
 def listed(instance):
     """The instance of a gather kernel that walks the tile index (template argument
     ``Listed = true``, ``TwELLMatrix.index_tiles``)."""
@@ -129,6 +125,11 @@ def source_file(key):
     return key.partition(":")[0]
 
 
+#: The instances of the gather kernels that walk the tile index (:func:`listed`).
+_LISTED_INSTANCES = ([listed(k) for k in _vectored("twell_spmm_rows")
+                      for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
+                     + [listed(k) for k in _typed("twell_spmv_thread_rows")])
+
 #: Every kernel instantiation, by source file.
 INSTANCES = {
     "pack.cu": _pack_dense() + _vectored("twell_pack_dense_overflow") + _typed("twell_pack_csr"),
@@ -146,9 +147,7 @@ INSTANCES = {
                    for g, loads in (SPMV_ONE_TILE_THREAD,) for over in ("false", "true")]
                 + [f"{k[:-1]}, {over}>" for k in _typed("twell_spmv_one_tile_warp")
                    for over in ("false", "true")]
-                + [listed(k) for k in _vectored("twell_spmm_rows")
-                   for k in [f"{k[:-1]}, {g}, {c}, {e}>" for g, c, e in SPMM_ROWS_SHAPES]]
-                + [listed(k) for k in _typed("twell_spmv_thread_rows")]),
+                + _LISTED_INSTANCES),
     "reduce.cu": (["twell_count_histogram", "twell_count_positive16",
                    "twell_exclusive_scan<int, true>",
                    "twell_exclusive_scan<int, false>", "twell_exclusive_scan<long long, false>"]
@@ -169,8 +168,7 @@ INSTANCES = {
 #: and the tile index's (a row of wide tiles has few; the launchers walk its counts).
 INSTANCES.update({
     f"{name}{WIDE}": [wide(e) for e in INSTANCES[name]
-                      if e.partition("<")[0] in _BEFORE_INDEX
-                      and not (e.partition("<")[0] in _LISTED and e.endswith("true>"))
+                      if e.partition("<")[0] in _BEFORE_INDEX and e not in _LISTED_INSTANCES
                       and not (e.startswith("twell_pack_dense<") and not e.endswith(", 1>"))]
     for name in ("pack.cu", "unpack.cu", "spmm.cu")})
 

@@ -184,7 +184,7 @@ def _one_tile_spmv(parts, m, dtype):
         hubs = cupy.flatnonzero(cupy.diff(parts.overflow_indptr) >= hub_min)
     else:
         hubs = cupy.empty(0, dtype=np.int64)
-    grid = (hubs.size + -(-m // rows_per_block),)
+    grid = (hubs.size + blocks(m, rows_per_block)[0],)
     args = (parts.counts, parts.data, parts.indices, parts.overflow_indptr,
             parts.overflow_indices, parts.overflow_data, i64(m), i32(parts.data.shape[2]),
             hubs, i64(hubs.size), i64(hub_min))
