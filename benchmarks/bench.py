@@ -123,7 +123,7 @@ def build_parser(prog="bench.py"):
     p.add_argument("--reps", type=int,
                    help="timed runs per contender (default: GPU 20, CPU 7, Dask 5)")
     p.add_argument("--min-reps", type=int,
-                   help="runs of a slow contender or past the time budget (default: GPU 5, "
+                   help="runs of a slow contender, also past the time budget (default: GPU 5, "
                         "CPU 3)")
     p.add_argument("--warmup", type=int,
                    help="calls before the timed runs, the checked one included (default: GPU "
@@ -132,8 +132,9 @@ def build_parser(prog="bench.py"):
                    help="cap on one contender's timed loop; fewer reps for slow calls "
                         "(default: GPU 1.5, CPU 10)")
     p.add_argument("--time-budget", type=float,
-                   help="seconds after the set-up; past it reps drop to --min-reps, past 1.4x "
-                        "it cases are skipped (default: GPU 300, --quick 75; CPU 360)")
+                   help="seconds after the set-up; past it a contender's timed runs are capped "
+                        "at 0.05 s (at least --min-reps), past 1.4x it cases are skipped "
+                        "(default: GPU 300, --quick 75; CPU 360)")
     p.add_argument("--commit", help="git commit to record when the checkout has no .git")
     p.add_argument("--out", help="JSON path; the table goes to the same path with .txt "
                                  "(default: $OUT/<suite>-<card>.json when OUT is set, else "
