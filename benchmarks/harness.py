@@ -28,7 +28,7 @@ SCHEMA = "twell-bench/1"
 #: Conversions: each of their rows also gets its peak memory, from one more, untimed call.
 PEAK_OPS = ("pack", "csr->twell", "twell->csr", "twell->dense")
 
-#: Past ``--time-budget`` the reps drop to the minimum; past this multiple, cases are skipped.
+#: Past this multiple of ``--time-budget``, the remaining cases are skipped.
 HARD_STOP = 1.4
 
 #: Past ``--time-budget``, a contender's timed loop is capped at this many seconds instead of
