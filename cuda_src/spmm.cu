@@ -608,14 +608,14 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
   if (team.lane == 0) y[row] = Value<T>::from_acc(acc);
 }
 
-// (batches in flight, blocks per SM) of twell_spmv_one_tile_warp: 2 batches at 40 registers
-// (6 blocks of 256 an SM) for 4- and 2-byte values, 4 at 64 (4 blocks) for float64; the
-// other shapes measured (3 batches at 40 registers, 2 at 32, 4 at 64 for float32) were
-// slower or spilled (docs/design.rst, the SpMV).
+// (batches in flight, blocks per SM) of twell_spmv_one_tile_warp: 2 batches (5 blocks of
+// 256 an SM, 40 registers) for 4- and 2-byte values, 3 (4 blocks, 64 registers) for float64.
+// Of the shapes measured on the graph and its Laplacian (docs/design.rst, the SpMV) these
+// are the fastest; 4 batches cost float64 3% and 6 blocks cost float32 1%.
 template <typename T> struct OneTileWarpShape {
   static constexpr bool double_acc = sizeof(typename Value<T>::Acc) == 8;
-  static constexpr int batches = double_acc ? 4 : 2;
-  static constexpr int blocks = double_acc ? 4 : 6;
+  static constexpr int batches = double_acc ? 3 : 2;
+  static constexpr int blocks = double_acc ? 4 : 5;
 };
 
 // SpMV of a one-tile layout whose rows have room for more than a few entries (a graph):
