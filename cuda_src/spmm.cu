@@ -609,7 +609,8 @@ twell_spmv_one_tile(const int* __restrict__ counts, const T* __restrict__ data,
 }
 
 // (batches in flight, blocks per SM) of twell_spmv_one_tile_warp: 2 batches (5 blocks of
-// 256 an SM, 40 registers) for 4- and 2-byte values, 3 (4 blocks, 64 registers) for float64.
+// 256 an SM, up to 48 registers) for 4- and 2-byte values, 3 (4 blocks, up to 64 registers)
+// for float64.
 // Of the shapes measured on the graph and its Laplacian (docs/design.rst, the SpMV) these
 // are the fastest; 4 batches cost float64 3% and 6 blocks cost float32 1%.
 template <typename T> struct OneTileWarpShape {
