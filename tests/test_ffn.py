@@ -690,11 +690,18 @@ def test_gpu_sparse_ffn_chooses_its_way_by_a_sample_of_the_gate(gpu, rng, monkey
 
     _hopper(gpu)
     monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 0)
-    real = {name: getattr(_ffn, name) for name in ("gated_dense", "gated_up")}
     ran = []
-    for name, f in real.items():
-        monkeypatch.setattr(_ffn, name,
-                            lambda *a, f=f, name=name, **k: ran.append(name) or f(*a, **k))
+    real_up = _ffn.gated_up
+    monkeypatch.setattr(_ffn, "gated_up",
+                        lambda *a, **k: ran.append("gated_up") or real_up(*a, **k))
+    # The dense way is prepared before the sample is read, whichever way is then taken:
+    # it counts as taken when its launch runs.
+    real_launch = _ffn._gated_dense_launch
+
+    def prepared(*args):
+        launch = real_launch(*args)
+        return lambda: ran.append("gated_dense") or launch()
+    monkeypatch.setattr(_ffn, "_gated_dense_launch", prepared)
     m, d_model, hidden = 1500, 128, 512
     for bias, way in [(1.0, "gated_dense"), (3.1, "gated_up")]:
         host = _weights(rng, m, d_model, hidden, bias, dtype)
@@ -707,10 +714,19 @@ def test_gpu_sparse_ffn_chooses_its_way_by_a_sample_of_the_gate(gpu, rng, monkey
         got = sparse_ffn(x, wg, wu, wd)
         assert ran == [way]
         if way == "gated_dense":
+            hidden_layer = _ffn.gated_dense(x, wg, wu)
             out = cupy.empty((m, d_model), dtype=dtype)
-            want = _cublas.gemm(real["gated_dense"](x, wg, wu), wd, out, trans_b=True)
+            want = _cublas.gemm(hidden_layer, wd, out, trans_b=True)
             np.testing.assert_array_equal(gpu.to_host(got).view(np.uint16),
                                           gpu.to_host(want).view(np.uint16))
+            # A w_down that is a transposed view (the modules keep one) is read in place:
+            # the bits of the modules' product with it.
+            wd_t = cupy.ascontiguousarray(wd.T)
+            gpu.poison()
+            got_t = sparse_ffn(x, wg, wu, wd_t.T)
+            np.testing.assert_array_equal(
+                gpu.to_host(got_t).view(np.uint16),
+                gpu.to_host(_cublas.matmul(hidden_layer, wd_t)).view(np.uint16))
         x, wg, wu, wd = (_f64(a) for a in host)
         want = (np.maximum(x @ wg.T, 0) * (x @ wu.T)) @ wd.T
         assert rel_err(_f64(gpu.to_host(got)), want) <= 1e-2

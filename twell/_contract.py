@@ -70,19 +70,17 @@ class Backend(Protocol):
         :meth:`matmul_pack_supported` with ``x``), the gated layer's hidden values: the
         entries of ``relu(x @ w.T)``, each times ``x[row] . w_up[col]``, as
         :meth:`gated_up` computes them; ``nnz_hint`` (the gate's expected entries, from
-        :meth:`gate_nnz_hint`) may choose how."""
+        :meth:`gated_ffn_by_sample`) may choose how."""
 
     def matmul_pack_auto(self, x, w, tile_width, w_up=None, nnz_hint=None):
         """:meth:`matmul_pack` with ``slots="auto"`` (the gate's): ``(parts, slots, nnz)``."""
 
-    def gate_nnz_hint(self, x, w_gate, w_up):
-        """The gate ``relu(x @ w_gate.T)``'s expected entries where the backend's choice of
-        the gated layer's way depends on them (estimated, one host synchronisation on the
-        GPU), else None."""
-
-    def dense_hidden_ffn(self, x, w_gate, w_up, w_down, nnz_hint):
-        """The gated layer computed with its hidden layer dense where the backend does so
-        for the gate's expected ``nnz_hint`` entries, else None."""
+    def gated_ffn_by_sample(self, x, w_gate, w_up, w_down):
+        """The gated layer where the backend runs it with its hidden layer dense for the
+        gate's density estimated from a sample of rows (one host synchronisation on the
+        GPU): ``(y, nnz_hint)``, ``y`` None where it takes another way, ``nnz_hint`` the
+        gate's expected entries where the backend's choice of way depends on them, else
+        None."""
 
     def gated_up(self, parts, shape, tile_width, x, w_up, nnz_hint=None):
         """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``."""

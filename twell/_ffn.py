@@ -259,8 +259,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
             slots = check_slots(slots, tile_width)
             # The gate's density, estimated from a sample of rows where a way depends on it
             # (on Hopper), chooses as the modules choose by their first call's.
-            hint = be.gate_nnz_hint(x, w_gate, w_up)
-            y = be.dense_hidden_ffn(x, w_gate, w_up, w_down, hint)
+            y, hint = be.gated_ffn_by_sample(x, w_gate, w_up, w_down)
             if y is not None:
                 return y
             return _matmul(_fused_pack(be, x, w_gate, tile_width, slots, w_up, hint),

@@ -299,15 +299,10 @@ def matmul_pack_auto(x, w, tile_width, w_up=None, nnz_hint=None):
     return _gated(parts, z.shape, tile_width, x, w_up, nnz), slots, nnz
 
 
-def gate_nnz_hint(x, w_gate, w_up):
-    """None: the host's gated layer takes one way at every density (the product computed
-    whole, then the dot products at the gate's entries)."""
-    return None
-
-
-def dense_hidden_ffn(x, w_gate, w_up, w_down, nnz_hint):
-    """None: the host packs the gate whatever its density."""
-    return None
+def gated_ffn_by_sample(x, w_gate, w_up, w_down):
+    """``(None, None)``: the host's gated layer takes one way at every density (the gate
+    packed, the product computed whole, then the dot products at the gate's entries)."""
+    return None, None
 
 
 def _gated(parts, shape, tile_width, x, w_up, nnz):

@@ -7,8 +7,7 @@ from .._algorithms import register_scan
 from ._canonical import canonical_csr
 from ._cast import cast
 from ._ffn import (
-    dense_hidden_ffn,
-    gate_nnz_hint,
+    gated_ffn_by_sample,
     gated_up,
     matmul_pack,
     matmul_pack_auto,
@@ -25,9 +24,8 @@ __all__ = [
     "canonical_csr",
     "cast",
     "count_histogram",
-    "dense_hidden_ffn",
     "exclusive_scan",
-    "gate_nnz_hint",
+    "gated_ffn_by_sample",
     "gated_up",
     "matmul_pack",
     "matmul_pack_auto",

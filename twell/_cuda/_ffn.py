@@ -455,23 +455,35 @@ def gated_dense(x, w_gate, w_up):
     at a 4-byte boundary, so that each two columns are one aligned 32-bit word. No host
     synchronisation.
     """
+    return _gated_dense_launch(x, w_gate, w_up)()
+
+
+def _gated_dense_launch(x, w_gate, w_up):
+    """:func:`gated_dense`'s host work done now (its checks, output, kernel, tensor maps and
+    grid): returns the function that queues the kernel and returns the hidden layer."""
     m, k = x.shape
     n = w_gate.shape[0]
     if n % 2:
         raise ValueError(f"gated_dense needs an even hidden size (w_gate.shape[0]); got {n}")
     out = cupy.empty((m, n), dtype=x.dtype)
     if m * n == 0:
-        return out
+        return lambda: out
     if k == 0:
-        out.fill(0)
-        return out
+        def zeros():
+            out.fill(0)
+            return out
+        return zeros
     kernel, maps, smem = _matmul_operands(x, w_gate, "sm90", w_up,
                                           _SM90_GATED_DENSE_KERNELS)
     kernel.max_dynamic_shared_size_bytes = smem
     threads = _MATMUL_THREADS["sm90_gated"]
-    kernel((_sm90_grid(kernel, m, n, smem, threads),), (threads,),
-           (*maps, i64(m), i64(n), i64(k), out), shared_mem=smem)
-    return out
+    grid = (_sm90_grid(kernel, m, n, smem, threads),)
+    args = (*maps, i64(m), i64(n), i64(k), out)
+
+    def launch():
+        kernel(grid, (threads,), args, shared_mem=smem)
+        return out
+    return launch
 
 
 def gate_nnz_hint(x, w_gate, w_up):
@@ -480,46 +492,78 @@ def gate_nnz_hint(x, w_gate, w_up):
     of :data:`._policy.GATE_SAMPLE_ROWS` rows of ``x`` spread evenly over it (every row of a
     shorter ``x``), scaled to its M rows.
 
-    For a caller that knows nothing of the gate before its kernel runs (``sparse_ffn``), so
-    that it chooses the hidden layer's form (:func:`dense_hidden_ffn`) and the up
+    For a caller that knows nothing of the gate before its kernel runs (``sparse_ffn``, by
+    :func:`gated_ffn_by_sample`), so that it chooses the hidden layer's form and the up
     projection's way (:func:`matmul_pack`'s ``nnz_hint``) as the modules do with the density
     of their first call. One cuBLAS GEMM of the sampled rows, rounded to x's dtype as the
     kernels round the gate, and one read-back of its positive count (a host
     synchronisation). An estimate: it chooses between ways that give the same layer to the
     dtype's rounding.
+    """
+    if not _policy.gated_fused(x, w_gate, w_up):
+        return None
+    return _queue_gate_sample(x, w_gate)()
+
+
+def _queue_gate_sample(x, w_gate):
+    """Queue :func:`gate_nnz_hint`'s sample; returns the function that reads its estimate
+    (the host synchronisation).
 
     Three operations before the read-back (the GEMM, the count's zeroing, the count),
     because the host's work around it is the sample's cost: the GEMM reads the sampled rows
     in place (its leading dimension is their stride), and one kernel counts the positive
     values (:func:`._reduce.count_positive`).
     """
-    if not _policy.gated_fused(x, w_gate, w_up):
-        return None
     m = x.shape[0]
     rows = _policy.GATE_SAMPLE_ROWS
     sample = x if m <= rows else x[::m // rows][:rows]
     if sample.size == 0:
-        return 0
+        return lambda: 0
     gate = _cublas.gemm(sample, w_gate, cupy.empty((sample.shape[0], w_gate.shape[0]),
                                                    dtype=x.dtype), trans_b=True)
-    positive = int(count_positive(gate))  # host synchronisation
-    return positive * m // sample.shape[0]
+    positive, sampled = count_positive(gate), sample.shape[0]
+    return lambda: int(positive) * m // sampled
 
 
-def dense_hidden_ffn(x, w_gate, w_up, w_down, nnz_hint):
+def gated_ffn_by_sample(x, w_gate, w_up, w_down):
     """The gated layer ``(relu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T`` with its hidden
-    layer dense, where :func:`._policy.dense_hidden` says so for the gate's ``nnz_hint``
-    entries and ``w_down`` has x's dtype; else None.
+    layer dense where :func:`._policy.dense_hidden` says so for the gate's density, estimated
+    by :func:`gate_nnz_hint`: ``(y, nnz_hint)``, ``y`` None where the layer takes another way
+    (``nnz_hint`` None where no way depends on it).
 
-    :func:`gated_dense` writes the hidden layer, cuBLAS multiplies it by ``w_down`` in
-    ``nn.Linear`` layout (transposed in the GEMM: a C-contiguous ``w_down`` is not copied).
-    No host synchronisation.
+    The dense way is :func:`gated_dense`, then cuBLAS's product with ``w_down`` in
+    ``nn.Linear`` layout (read in place when it or its transpose is C-contiguous). Its host
+    work (buffers, tensor maps, the kernel, the grid) is done while the sample runs, so that
+    after the read-back the host only compares and launches: the GPU waits for each step the
+    host takes there. A layer that takes another way has allocated the dense way's hidden
+    layer and output for nothing (they return to the memory pool); the policy allows them
+    only within 1/8 of the device's memory. One host synchronisation.
     """
-    if w_down.dtype != x.dtype or not _policy.dense_hidden(x, w_gate, w_up, w_down, nnz_hint):
-        return None
+    if not _policy.gated_fused(x, w_gate, w_up):
+        return None, None
+    read = _queue_gate_sample(x, w_gate)
+    launch = (_dense_hidden_launch(x, w_gate, w_up, w_down)
+              if _policy.dense_hidden_allowed(x, w_gate, w_up, w_down) else None)
+    nnz_hint = read()  # host synchronisation
+    if launch is None or not _policy.dense_hidden_pays_at(x.shape[0], w_gate.shape[0],
+                                                           w_down.shape[0], nnz_hint):
+        return None, nnz_hint
+    return launch(), nnz_hint
+
+
+def _dense_hidden_launch(x, w_gate, w_up, w_down):
+    """The dense way of :func:`gated_ffn_by_sample` prepared: returns the function that
+    queues :func:`gated_dense` and cuBLAS's down projection and returns the layer's output."""
+    hidden = _gated_dense_launch(x, w_gate, w_up)
     out = cupy.empty((x.shape[0], w_down.shape[0]), dtype=x.dtype)
-    return _cublas.gemm(gated_dense(x, w_gate, w_up), cupy.ascontiguousarray(w_down), out,
-                        trans_b=True)
+
+    def launch():
+        if w_down.flags.c_contiguous:
+            return _cublas.gemm(hidden(), w_down, out, trans_b=True)
+        if w_down.T.flags.c_contiguous:  # a transposed view: the modules' product
+            return _cublas.gemm(hidden(), w_down.T, out)
+        return _cublas.gemm(hidden(), cupy.ascontiguousarray(w_down), out, trans_b=True)
+    return launch
 
 
 def without_sync_supported(x, w_gate, w_up, w_down):
