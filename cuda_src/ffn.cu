@@ -413,24 +413,25 @@ __global__ void twell_gated_take(const int* __restrict__ counts, const T* __rest
 // without a host synchronisation (the launcher's matmul_pack_bounded) keeps its overflow in
 // buffers of a fixed capacity; a product that overflows more than that loses entries: the runs
 // of pairs that found the spill buffer full (spill_start -1) and the overflow places at or past
-// the capacity. The rows that hold them get a wrong down projection from the SpMM; this kernel,
-// launched after it, finds them on the device and writes their outputs from the layer's
-// definition: h[j] = relu(x[row] . w_gate[j]) rounded to T (the fused GEMM's rounding), times
-// x[row] . w_up[j] in float32, rounded once to T (twell_gated_up's; without the gate, h[j] =
-// relu(x[row] . w_up[j]) rounded), then y[row, i] = sum_j h[j] * w_down[i, j] in float32,
-// rounded once. The dot products of h are one warp's each (warp_dot), the sums over j one
-// thread's, in a fixed order: deterministic.
+// the capacity. The rows that hold them get a wrong down projection from the SpMM. Which runs
+// found the buffer full depends on the order of the fused GEMM's atomic claims, so that this
+// kernel, launched after the SpMM, recomputes every row with entries past its slots once
+// anything was lost: a set that depends on the product alone, so that the layer's bits do too
+// (the recomputed rows' bits are this kernel's, not the SpMM's). It writes their outputs from
+// the layer's definition: h[j] = relu(x[row] . w_gate[j]) rounded to T (the fused GEMM's
+// rounding), times x[row] . w_up[j] in float32, rounded once to T (twell_gated_up's; without
+// the gate, h[j] = relu(x[row] . w_up[j]) rounded), then y[row, i] = sum_j h[j] * w_down[i, j]
+// in float32, rounded once. The dot products of h are one warp's each (warp_dot), the sums over
+// j one thread's, in a fixed order: deterministic.
 // When nothing was lost (*spill_used <= capacity: the spilled entries all fit, so their
-// overflow places do too) every block returns after one read.
-// totals, spill_start (M, tiles) and spill_used: the fused GEMM's; overflow_offset (M * tiles +
-// 1): the exclusive prefix sum of the pairs' overflow, not clamped to the capacity. x (M, D),
-// w_gate and w_up (H, D), w_down_t (H, D: w_down transposed, as the SpMM reads it), y (M, D)
-// row-major; scratch: gridDim.x * H floats.
+// overflow places do too; the counter sums every pair's request, whatever fitted) every block
+// returns after one read.
+// totals (M, tiles) and spill_used: the fused GEMM's. x (M, D), w_gate and w_up (H, D),
+// w_down_t (H, D: w_down transposed, as the SpMM reads it), y (M, D) row-major; scratch:
+// gridDim.x * H floats.
 // Grid: any number of blocks (a block takes rows blockIdx.x, + gridDim.x, ...), 256 threads.
 template <typename T, int VEC>
 __global__ void twell_ffn_fixup(const int* __restrict__ totals,
-                                const long long* __restrict__ spill_start,
-                                const long long* __restrict__ overflow_offset,
                                 const unsigned long long* __restrict__ spill_used,
                                 long long n_rows, long long tiles, int slots, long long capacity,
                                 int gated, const T* __restrict__ x, const T* __restrict__ w_gate,
@@ -444,12 +445,10 @@ __global__ void twell_ffn_fixup(const int* __restrict__ totals,
   float* __restrict__ h = scratch + static_cast<long long>(blockIdx.x) * hidden;
   const T* __restrict__ first = gated ? w_gate : w_up;
   for (long long row = blockIdx.x; row < n_rows; row += gridDim.x) {
-    if (threadIdx.x == 0) lost = overflow_offset[(row + 1) * tiles] > capacity;
+    if (threadIdx.x == 0) lost = 0;
     __syncthreads();
-    for (long long t = threadIdx.x; t < tiles; t += blockDim.x) {
-      const long long pair = row * tiles + t;
-      if (totals[pair] > slots && spill_start[pair] < 0) lost = 1;  // every writer writes 1
-    }
+    for (long long t = threadIdx.x; t < tiles; t += blockDim.x)
+      if (totals[row * tiles + t] > slots) lost = 1;  // every writer writes 1
     __syncthreads();
     if (lost) {
       const T* __restrict__ xr = x + row * depth;

@@ -250,13 +250,11 @@ def _spill_to_overflow(totals, slots, spill_start, spill_indices, spill_data, of
 
 
 class PackLoss(NamedTuple):
-    """What :func:`ffn_fixup` reads to find the rows whose entries a
-    :func:`matmul_pack_bounded` lost: the fused GEMM's totals, spill starts and spill counter,
-    the overflow's unclamped offsets, the slots and the capacity."""
+    """What :func:`ffn_fixup` reads to find the rows that a :func:`matmul_pack_bounded` may
+    have lost entries of: the fused GEMM's totals and spill counter, the slots and the
+    capacity."""
 
     totals: object
-    spill_start: object
-    offset: object
     counter: object
     slots: int
     capacity: int
@@ -274,7 +272,8 @@ def matmul_pack_bounded(x, w, tile_width, slots, w_up=None):
     and every kernel that reads the overflow stops at ``overflow_indptr[M]``. A product whose
     overflow exceeds the capacity loses the entries past it in the rows that hold them (they
     read as zeros at column 0); ``loss`` (a :class:`PackLoss`, None for an empty product)
-    lets :func:`ffn_fixup` find those rows on the device and recompute them. The operands pass
+    lets :func:`ffn_fixup` recompute them on the device (with every other row past its
+    slots). The operands pass
     :func:`matmul_pack_supported`.
     """
     plan = matmul_plan(x, w, tile_width)
@@ -290,15 +289,17 @@ def matmul_pack_bounded(x, w, tile_width, slots, w_up=None):
     parts = with_overflow(parts, row_starts, capacity)
     _spill_to_overflow(plan.totals, slots, plan.spill_start, plan.spill_indices,
                        plan.spill_data, offset, capacity, parts)
-    return parts, PackLoss(plan.totals, plan.spill_start, offset, counter, slots, capacity)
+    return parts, PackLoss(plan.totals, counter, slots, capacity)
 
 
 def ffn_fixup(loss, x, w_gate, w_up, w_down_t, y):
     """Queue ``twell_ffn_fixup``: the rows of ``y`` (M, d_model), the output of a layer whose
-    first projection was packed by :func:`matmul_pack_bounded` with ``loss``, that lost
-    entries are recomputed from the layer's definition (gated where ``w_gate`` is given;
-    ``w_down_t`` the down weight transposed, C-contiguous ``(hidden, d_model)``). Its blocks
-    return after one read when nothing was lost. No host synchronisation."""
+    first projection was packed by :func:`matmul_pack_bounded` with ``loss``, are recomputed
+    from the layer's definition where the pack lost entries (gated where ``w_gate`` is given;
+    ``w_down_t`` the down weight transposed, C-contiguous ``(hidden, d_model)``): every row
+    with entries past the slots, since which of them lost entries depends on the order of the
+    fused GEMM's atomic claims, and the layer's bits must not. Its blocks return after one
+    read when nothing was lost. No host synchronisation."""
     if loss is None:
         return
     m, depth = x.shape
@@ -310,7 +311,7 @@ def ffn_fixup(loss, x, w_gate, w_up, w_down_t, y):
     vec = vector_for(x.dtype, depth % _compile.vector_width(x.dtype) == 0, aligned(x, *weights))
     kernel = _compile.function("ffn.cu", instance("twell_ffn_fixup", x.dtype, vec))
     kernel((grid,), (BLOCK,), (
-        loss.totals, loss.spill_start, loss.offset, loss.counter, i64(m),
+        loss.totals, loss.counter, i64(m),
         i64(loss.totals.shape[1]), i32(loss.slots), i64(loss.capacity),
         i32(w_gate is not None), x, w_up if w_gate is None else w_gate, w_up, w_down_t,
         i64(depth), i64(hidden), scratch, y))
