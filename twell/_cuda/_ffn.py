@@ -273,8 +273,7 @@ def matmul_pack_bounded(x, w, tile_width, slots, w_up=None):
     overflow exceeds the capacity loses the entries past it in the rows that hold them (they
     read as zeros at column 0); ``loss`` (a :class:`PackLoss`, None for an empty product)
     lets :func:`ffn_fixup` recompute them on the device (with every other row past its
-    slots). The operands pass
-    :func:`matmul_pack_supported`.
+    slots). The operands pass :func:`matmul_pack_supported`.
     """
     plan = matmul_plan(x, w, tile_width)
     m, nt = plan.totals.shape
@@ -544,7 +543,7 @@ def gated_ffn_by_sample(x, w_gate, w_up, w_down):
         return None, None
     read = _queue_gate_sample(x, w_gate)
     launch = (_dense_hidden_launch(x, w_gate, w_up, w_down)
-              if _policy.dense_hidden_allowed(x, w_gate, w_up, w_down) else None)
+              if _policy.dense_hidden_allowed(x, w_gate, w_down) else None)
     nnz_hint = read()  # host synchronisation
     if launch is None or not _policy.dense_hidden_pays_at(x.shape[0], w_gate.shape[0],
                                                            w_down.shape[0], nnz_hint):

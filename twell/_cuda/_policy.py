@@ -324,23 +324,23 @@ GATE_SAMPLE_ROWS = 256
 def dense_hidden(x, w_gate, w_up, w_down, nnz_hint):
     """Whether the gated layer runs with its hidden layer dense (``_ffn.gated_dense``: the
     gated Hopper kernel writing ``relu(gate) * up`` whole, then cuBLAS's down projection)
-    rather than packed and multiplied by the SpMM: where :func:`dense_hidden_allowed` and
-    the gate's expected ``nnz_hint`` entries make the SpMM's gather slower than the down
-    projection's GEMM (:func:`dense_hidden_pays_at`). ``nnz_hint=None`` answers False. No
-    host sync."""
-    return (nnz_hint is not None and dense_hidden_allowed(x, w_gate, w_up, w_down)
+    rather than packed and multiplied by the SpMM: where the gated kernel runs
+    (:func:`gated_fused`), :func:`dense_hidden_allowed`, and the gate's expected ``nnz_hint``
+    entries make the SpMM's gather slower than the down projection's GEMM
+    (:func:`dense_hidden_pays_at`). ``nnz_hint=None`` answers False. No host sync."""
+    return (nnz_hint is not None and gated_fused(x, w_gate, w_up)
+            and dense_hidden_allowed(x, w_gate, w_down)
             and dense_hidden_pays_at(x.shape[0], w_gate.shape[0], w_down.shape[0], nnz_hint))
 
 
-def dense_hidden_allowed(x, w_gate, w_up, w_down):
-    """The part of :func:`dense_hidden` that does not depend on the gate's density: the
-    gated kernel runs (:func:`gated_fused` without a count), ``w_down`` has x's dtype, the
+def dense_hidden_allowed(x, w_gate, w_down):
+    """The part of :func:`dense_hidden` that neither the gated kernel's operands
+    (:func:`gated_fused`) nor the gate's density decide: ``w_down`` has x's dtype, the
     hidden size is even (the dense epilogue's 32-bit stores) and the ``M x hidden`` hidden
     layer takes at most 1/8 of the device's memory."""
     m, h = x.shape[0], w_gate.shape[0]
     return (w_down.dtype == x.dtype and h % 2 == 0
-            and m * h * x.dtype.itemsize <= device_bytes() // DENSE_SHARE
-            and gated_fused(x, w_gate, w_up))
+            and m * h * x.dtype.itemsize <= device_bytes() // DENSE_SHARE)
 
 
 def dense_hidden_pays_at(m, h, d, nnz):
