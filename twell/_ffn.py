@@ -190,8 +190,9 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     -----
     The gate (or, not gated, the up projection) is :func:`matmul_to_twell`, fused on the GPU.
     The gated up projection is one dot product per entry of the gate (a warp each on the GPU,
-    ``twell_gated_up``), except on the GPU for 16-bit values where the gate is dense enough
-    that the whole product pays (about 1% non-zero at the paper's shape; the cost model is
+    ``twell_gated_up``), except on the GPU for 16-bit or float32 values where the gate is
+    dense enough that the whole product pays (at the paper's shape about 1% non-zero for 16-bit
+    values, 8.5% for float32; the cost model is
     ``twell._cuda._policy.dense_up_pays``): there cuBLAS computes ``x @ w_up.T`` in float32 (an
     ``M x hidden`` float32 temporary) and ``twell_gated_take`` reads it at the gate's
     entries. On an H100 or H200, for 16-bit ``x``, ``w_gate`` and ``w_up`` of one dtype

@@ -155,7 +155,8 @@ INSTANCES = {
                      for v in (1, vector_width(d))]),
     "ffn.cu": ([f"twell_matmul_pack<{CTYPES[d]}>" for d in HALF_DTYPES]
                + _typed("twell_spill_to_overflow") + _vectored("twell_gated_up")
-               + [f"twell_gated_take<{CTYPES[d]}>" for d in HALF_DTYPES]
+               + [f"twell_gated_take<{CTYPES[d]}>"
+                  for d in (*HALF_DTYPES, np.dtype(np.float32))]
                + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]
                + [f"twell_ffn_fixup<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
                   for v in (1, vector_width(d))]),

@@ -87,8 +87,9 @@ _ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
 
 def gemm(a, b, out, trans_b=False):
     """``out = a @ b`` (``a @ b.T`` with ``trans_b``) for 2-D CuPy arrays: ``a`` and ``b`` of
-    one 16-bit dtype, ``out`` of it or float32, products accumulated in float32 on tensor
-    cores, queued on CuPy's current stream. Dimensions below 2**31.
+    one 16-bit dtype (products on tensor cores) or float32 (``CUBLAS_COMPUTE_32F``: never
+    TF32), ``out`` of it or float32, products accumulated in float32, queued on CuPy's
+    current stream. Dimensions below 2**31.
 
     ``b`` and ``out`` are C-contiguous; ``a``'s rows are contiguous and may lie apart (a view
     ``x[::step]`` is read in place, its row stride the GEMM's leading dimension)."""

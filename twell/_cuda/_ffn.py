@@ -386,10 +386,11 @@ def matmul_pack_auto(x, w, tile_width, w_up=None, nnz_hint=None):
 
 
 def _gemm_nt_float32(x, w):
-    """``x @ w.T`` as float32 (M, N) from 16-bit ``x`` (M, K) and ``w`` (N, K), both
-    C-contiguous and of one dtype: cuBLAS ``GemmEx`` on tensor cores with float32 accumulation
-    and a float32 output (``cupy.matmul`` would round the products to the inputs' dtype),
-    through twell's own handle, which a CUDA graph can capture (:mod:`._cublas`)."""
+    """``x @ w.T`` as float32 (M, N) from ``x`` (M, K) and ``w`` (N, K), both C-contiguous and
+    of one dtype, 16-bit or float32: cuBLAS ``GemmEx`` with float32 accumulation and a float32
+    output (16-bit inputs on tensor cores: ``cupy.matmul`` would round their products to the
+    inputs' dtype; float32 inputs never rounded to TF32, whatever CuPy's setting), through
+    twell's own handle, which a CUDA graph can capture (:mod:`._cublas`)."""
     out = cupy.empty((x.shape[0], w.shape[0]), dtype=np.float32)
     return _cublas.gemm(x, w, out, trans_b=True)
 
@@ -407,8 +408,9 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     ways (:func:`._policy.gated_up_way`, by the gate's entry count ``nnz_hint``):
     ``twell_gated_up``, a warp's dot product per entry (a block a row of x, staged in
     shared memory; each entry's row of w_up read from L2: its time grows with the entries),
-    or, for a dense enough 16-bit gate, cuBLAS's whole ``x @ w_up.T`` in float32 (an
-    ``M x H`` float32 temporary) and ``twell_gated_take`` at the gate's entries; the dot
+    or, for a dense enough gate of 16-bit or float32 values, cuBLAS's whole ``x @ w_up.T``
+    in float32 (an ``M x H`` float32 temporary) and ``twell_gated_take`` at the gate's
+    entries; the dot
     product runs instead if the temporary cannot be allocated. Products that come out zero
     stay stored: the result feeds a product at once and is never handed to the user.
     """

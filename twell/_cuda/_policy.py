@@ -19,9 +19,10 @@ from ._tma import tensor_maps_supported
 #: multiply-adds per second of cuBLAS (16-bit on tensor cores; float32 without TF32) and
 #: ``DENSIFY_BYTES`` per second for ``A.toarray()`` (written, then read by the GEMM). Measured
 #: on the paper's down projection (M = 16384, K = 5632, N = 2048), where the 16-bit gather
-#: rate puts the crossover at the measured 1.06% density; float64 is taken at twice
-#: float32's bytes (docs/design.rst, the SpMM's two ways).
-GATHER_SECONDS = {2: 2.6e-13, 4: 3.5e-13, 8: 7e-13}
+#: rate puts the crossover at the measured 1.06% density; the float32 gather took 4.7-5.1e-13
+#: at 1-10% non-zero on an H100 and 4.1-4.4e-13 on an H200 (the committed benchmark results);
+#: float64 is taken at twice float32's bytes (docs/design.rst, the SpMM's two ways).
+GATHER_SECONDS = {2: 2.6e-13, 4: 4.6e-13, 8: 9.2e-13}
 GEMM_MACS = {2: 4.5e14, 4: 2.5e13, 8: 3.1e13}
 DENSIFY_BYTES = 1.8e12
 
@@ -34,7 +35,7 @@ def dense_product_density(n, itemsize):
     """Density of A above which ``A.toarray() @ B`` (B with ``n`` columns) beats the gather
     kernel in the model: ``nnz * n * gather > M * K * n / gemm + M * K * itemsize / densify``.
 
-    At ``n = 2048``: 1.06% for 16-bit values (0.85% from the GEMM's term), 11.7% for float32.
+    At ``n = 2048``: 1.06% for 16-bit values (0.85% from the GEMM's term), 8.9% for float32.
     The densification's term grows as ``n`` shrinks (above 1 for 16-bit values below about
     ``n = 5``: a matrix-vector product never densifies).
     """
@@ -52,28 +53,32 @@ def dense_product_pays(m, k, n, itemsize, nnz):
     return nnz > dense_product_density(n, itemsize) * m * k
 
 
-#: The gated FFN's up projection on a GPU for 16-bit values (``_ffn.gated_up``):
-#: seconds per (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry
-#: whose w_up row comes from L2. Its alternative is cuBLAS's whole product in float32
-#: (``GEMM_MACS``, written at ``DENSIFY_BYTES``) read at the entries. Measured on the paper's
-#: gate (M = 16384, hidden 5632, d_model 2048) on an H100: the dot products take 0.58 ms at
-#: 1.0% non-zero (0.92 M entries: 3.1e-13) and 0.32 ms at 0.5% (3.4e-13), the whole product
-#: and its reading 0.637 ms at 5% (the model's 0.625), so the crossover is ~1.05%
-#: (docs/design.rst, the gated layer).
-GATED_DOT_SECONDS = 3.1e-13
+#: The gated FFN's up projection on a GPU (``_ffn.gated_up``), by value itemsize: seconds per
+#: (gate entry x d_model) of ``twell_gated_up``, a warp's dot product per entry whose w_up
+#: row comes from L2. Its alternative is cuBLAS's whole product in float32 (``GEMM_MACS``,
+#: written at ``DENSIFY_BYTES``) read at the entries. Measured on the paper's gate
+#: (M = 16384, hidden 5632, d_model 2048) on an H100: for 16-bit values the dot products
+#: take 0.58 ms at 1.0% non-zero (0.92 M entries: 3.1e-13) and 0.32 ms at 0.5% (3.4e-13),
+#: the whole product and its reading 0.637 ms at 5% (the model's 0.625), so the crossover is
+#: ~1.05%; for float32 (the layer's time less its gate's and down projection's in the
+#: committed benchmark results) 9.5 ms at 10% (5.0e-13) and 4.8 ms at 5% on an H100, 8.6
+#: and 4.3 ms on an H200 (4.5e-13), so the crossover is ~8.5% (docs/design.rst, the gated
+#: layer). float64 always takes the dot products.
+GATED_DOT_SECONDS = {2: 3.1e-13, 4: 4.8e-13}
 
 
-def dense_up_pays(m, h, d, nnz):
+def dense_up_pays(m, h, d, nnz, itemsize=2):
     """Whether the gated FFN's up projection (``x`` of shape ``(m, d)``, ``w_up`` ``(h, d)``)
     at a gate of ``nnz`` entries is faster computed whole (``x @ w_up.T`` in float32 by cuBLAS,
     then read at the entries) than as a dot product per entry, in the model above:
     ``nnz * d * GATED_DOT_SECONDS > m * h * d / GEMM_MACS + 4 * m * h / DENSIFY_BYTES``, for
-    16-bit values. At the paper's shape the crossover is ~1.05% of the gate non-zero.
+    values of ``itemsize`` bytes (16-bit or float32; float64 never). At the paper's shape the
+    crossover is ~1.05% of the gate non-zero for 16-bit values and ~8.5% for float32.
     ``nnz=None`` answers False, as do products below ``DENSE_PRODUCT_MIN_WORK``."""
-    if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
+    if nnz is None or itemsize not in GATED_DOT_SECONDS or m * h * d < DENSE_PRODUCT_MIN_WORK:
         return False
-    dense = m * h * d / GEMM_MACS[2] + 4 * m * h / DENSIFY_BYTES
-    return nnz * d * GATED_DOT_SECONDS > dense
+    dense = m * h * d / GEMM_MACS[itemsize] + 4 * m * h / DENSIFY_BYTES
+    return nnz * d * GATED_DOT_SECONDS[itemsize] > dense
 
 
 #: CUDA's limit on gridDim.y (gridDim.x allows 2**31 - 1 blocks).
@@ -396,9 +401,9 @@ def spill_capacity(m, n):
 
 def gated_up_way(m, h, d, dtype, nnz_hint):
     """How ``_ffn.gated_up`` runs by default: ``"dense"`` (cuBLAS's whole ``x @ w_up.T`` in
-    float32, then ``twell_gated_take``) where :func:`twell.dense_up_pays` says so for
-    the gate's ``nnz_hint`` entries (16-bit values; the float32 product takes at most 1/8 of
+    float32, then ``twell_gated_take``) where :func:`dense_up_pays` says so for the gate's
+    ``nnz_hint`` entries (16-bit or float32 values; the float32 product takes at most 1/8 of
     the device's memory), ``"dot"`` (``twell_gated_up``) otherwise. No host sync."""
-    dense = (np.dtype(dtype).itemsize == 2 and dense_up_pays(m, h, d, nnz_hint)
+    dense = (dense_up_pays(m, h, d, nnz_hint, np.dtype(dtype).itemsize)
              and m * h * 4 <= device_bytes() // DENSE_SHARE)
     return "dense" if dense else "dot"
