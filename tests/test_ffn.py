@@ -733,3 +733,36 @@ def test_gpu_sparse_ffn_chooses_its_way_by_a_sample_of_the_gate(gpu, rng, monkey
         x, wg, wu, wd = (_f64(a) for a in host)
         want = (np.maximum(x @ wg.T, 0) * (x @ wu.T)) @ wd.T
         assert rel_err(_f64(gpu.to_host(got)), want) <= 1e-2
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_automatic_tile_width_packs_the_product_as_the_constructor_does(backend, rng, dtype):
+    # tile_width="auto" chooses the width from the whole product's counts: matmul_to_twell
+    # packs at the GEMM's width (fused for 16-bit inputs on a GPU) and packs again, with the
+    # width, slots and entries that TwELLMatrix gives the dense product of the same dtype
+    # (here about 0.07% non-zero over 20,000 columns: one tile a row, wider than the
+    # GEMM's). sparse_ffn takes it too,
+    # its up projection repacking the gate at a width its kernels read. Regression: the
+    # width reached the fused kernel's checks and the tile arithmetic as a string.
+    m, k, n = 24, 32, 20000
+    x = rng.standard_normal((m, k))
+    x[:, 0] = 1
+    w = rng.standard_normal((n, k)) / np.sqrt(k)
+    w[:, 0] -= 3.2
+    x, w = cast(x, dtype), cast(w, dtype)
+    want = twell.TwELLMatrix(backend.asarray(cast(np.maximum(_f64(x) @ _f64(w).T, 0), dtype)),
+                             tile_width="auto")
+    assert want.tile_width > 256
+    backend.poison()
+    got = matmul_to_twell(backend.asarray(x), backend.asarray(w), tile_width="auto")
+    assert (got.tile_width, got.slots) == (want.tile_width, want.slots)
+    np.testing.assert_array_equal(backend.to_host(got.counts), backend.to_host(want.counts))
+    assert rel_err(_f64(backend.to_host(got.toarray())),
+                   _f64(backend.to_host(want.toarray()))) <= MATMUL_RTOL[dtype]
+    given = matmul_to_twell(backend.asarray(x), backend.asarray(w), tile_width="auto", slots=2)
+    assert given.slots == 2 and given.tile_width == want.tile_width
+    wu = cast(rng.standard_normal((n, k)) / np.sqrt(k), dtype)
+    wd = cast(rng.standard_normal((k, n)) / np.sqrt(n), dtype)
+    y = sparse_ffn(*(backend.asarray(a) for a in (x, w, wu, wd)), tile_width="auto")
+    ref = (np.maximum(_f64(x) @ _f64(w).T, 0) * (_f64(x) @ _f64(wu).T)) @ _f64(wd).T
+    assert rel_err(_f64(backend.to_host(y)), ref) <= (1e-2 if dtype == BF16 else 1e-5)

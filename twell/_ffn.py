@@ -129,6 +129,14 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WID
         raise ValueError(f"activation must be one of {ACTIVATIONS}; got activation={activation!r}")
     tile_width = check_tile_width(tile_width)
     slots = check_slots(slots, tile_width)
+    if tile_width == "auto":
+        # The width comes from the whole product's counts: the product packed at the GEMM's
+        # width (by the fused kernel where it runs: the dense product never in memory), then
+        # packed again at the width and slots that its counts give.
+        a = matmul_to_twell(x, w, activation, tile_width=_layout.GEMM_TILE_WIDTH)
+        nnz = a.nnz if a._nnz_hint is None else a._nnz_hint
+        width = _layout.auto_tile_width(a.shape, nnz, slots)
+        return TwELLMatrix(a, tile_width=width, slots=slots)
     out = result_dtype(x.dtype, w.dtype)
     be = _backend.backend(xp)
     if be.matmul_pack_supported(x, w, tile_width):
