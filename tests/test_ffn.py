@@ -766,3 +766,56 @@ def test_automatic_tile_width_packs_the_product_as_the_constructor_does(backend,
     y = sparse_ffn(*(backend.asarray(a) for a in (x, w, wu, wd)), tile_width="auto")
     ref = (np.maximum(_f64(x) @ _f64(w).T, 0) * (_f64(x) @ _f64(wu).T)) @ _f64(wd).T
     assert rel_err(_f64(backend.to_host(y)), ref) <= (1e-2 if dtype == BF16 else 1e-5)
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "mlp"])
+def test_gpu_float32_layer_keeps_a_dense_hidden_layer_where_every_product_densifies(
+        gpu, rng, monkeypatch, gated):
+    # float32 takes no fused GEMM -> TwELL: the first projection is computed dense anyway.
+    # Where, at its entry count, the down projection would densify the hidden layer and the
+    # up projection take cuBLAS's whole product (~16% non-zero, the work floor lifted), the
+    # layer never packs it; at ~0.5% it packs it and gathers. The float64 layer either way.
+    import twell._twell as container
+    from twell._cuda import _policy
+
+    monkeypatch.setattr(_policy, "DENSE_PRODUCT_MIN_WORK", 0)
+    packs = []
+    real = container.TwELLMatrix.from_dense.__func__
+    monkeypatch.setattr(container.TwELLMatrix, "from_dense",
+                        classmethod(lambda cls, *a, **k: packs.append(1) or real(cls, *a, **k)))
+    for bias, dense in [(1.0, True), (2.6, False)]:
+        x, wg, wu, wd = _weights(rng, 256, 128, 2048, bias, F32)
+        first = wg if gated else wu
+        if not gated:
+            first[:, 0] -= bias
+        packs.clear()
+        gpu.poison()
+        got = sparse_ffn(*(gpu.asarray(a) for a in (x, first if gated else None, wu, wd)),
+                         gated=gated)
+        hidden = np.maximum(_f64(x) @ _f64(first).T, 0)
+        if gated:
+            hidden = hidden * (_f64(x) @ _f64(wu).T)
+        assert packs == ([] if dense else [1]), (bias, gated)
+        assert rel_err(_f64(gpu.to_host(got)), hidden @ _f64(wd).T) <= 1e-5, (bias, gated)
+
+
+def test_dense_layer_pays_where_every_later_product_densifies(monkeypatch):
+    # The cost models alone (no GPU: an 80 GB card's memory), at the paper's layer: float32
+    # keeps its hidden layer dense from about 9% non-zero (the down projection's crossover,
+    # past the up projection's 8.5%), a layer without a gate from the down projection's
+    # alone; float64's gated layer never (its up projection always takes the dot products);
+    # an unknown count or a small product never.
+    from twell._cuda import _policy
+
+    monkeypatch.setattr(_policy, "device_bytes", lambda: 80 << 30)
+    monkeypatch.setattr(_policy, "float32_gemm_is_tf32", lambda: False)
+
+    m, h, d = 16384, 5632, 2048
+    pays = _policy.dense_layer_pays
+    for gated in (True, False):
+        assert pays(m, h, d, F32, int(0.10 * m * h), gated)
+        assert not pays(m, h, d, F32, int(0.05 * m * h), gated)
+        assert not pays(m, h, d, F32, None, gated)
+        assert not pays(64, 64, 64, F32, 64 * 64, gated)
+    assert not pays(m, h, d, np.float64, m * h, True)
+    assert pays(m, h, d, np.float64, m * h, False)
