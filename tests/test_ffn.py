@@ -643,14 +643,11 @@ def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng,
     # gated Hopper kernel (then no separate GEMM, and at this density the hidden layer is
     # written dense), and is still the float64 layer within bf16 rounding (float32: past
     # the float32 crossover of about 8.5%, with float32 rounding).
-    from twell._cuda import _backend, _ffn, _policy
+    from twell._cuda import _ffn, _policy
 
     if fused:
         _hopper(gpu)
     monkeypatch.setattr(_policy, "gated_fused", lambda *_: fused)
-    # float32's gate is computed dense, and at this density the whole layer would run dense
-    # (test_gpu_float32_layer_keeps_a_dense_hidden_layer_where_every_product_densifies).
-    monkeypatch.setattr(_backend, "dense_layer_pays", lambda *_: False)
     calls = []
     whole = _ffn._gemm_nt_float32
     monkeypatch.setattr(_ffn, "_gemm_nt_float32",
@@ -793,8 +790,8 @@ def test_gpu_float32_layer_keeps_a_dense_hidden_layer_where_every_product_densif
             first[:, 0] -= bias
         packs.clear()
         gpu.poison()
-        got = sparse_ffn(gpu.asarray(x), gpu.asarray(first) if gated else None,
-                         gpu.asarray(wu), gpu.asarray(wd), gated=gated)
+        got = sparse_ffn(*(gpu.asarray(a) for a in (x, first if gated else None, wu, wd)),
+                         gated=gated)
         hidden = np.maximum(_f64(x) @ _f64(first).T, 0)
         if gated:
             hidden = hidden * (_f64(x) @ _f64(wu).T)
