@@ -85,12 +85,6 @@ class Backend(Protocol):
     def gated_up(self, parts, shape, tile_width, x, w_up, nnz_hint=None):
         """Parts with the gate's structure and values ``gate * (x[row] . w_up[col])``."""
 
-    def dense_layer_pays(self, m, hidden, d_model, dtype, nnz, gated):
-        """Whether a feed-forward layer whose first projection, ``m x hidden`` of ``dtype``
-        values with ``nnz`` entries, was computed dense (its operands take no fused GEMM ->
-        TwELL) runs faster with its hidden layer never packed: every product after it would
-        take the backend's dense way at that count. No host synchronisation."""
-
 
 #: The names of the contract, in the order above.
 FUNCTIONS = tuple(name for name in vars(Backend) if not name.startswith("_"))

@@ -47,11 +47,6 @@ def _check_linear(w, name, out_features, in_features, out_name, in_name):
         )
 
 
-def _check_activation(activation):
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}; got activation={activation!r}")
-
-
 def _activate(z, activation):
     """``activation`` (one of ACTIVATIONS: the callers check it first) applied to ``z``."""
     return _ACTIVATE[activation](_arrays.array_module(z), z)
@@ -130,7 +125,8 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WID
             f"w must have nn.Linear's shape (N, K) with K = x.shape[1] = {k}; got "
             f"w.shape={w.shape}" + (" (transposed?)" if w.shape[0] == k else "")
         )
-    _check_activation(activation)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}; got activation={activation!r}")
     tile_width = check_tile_width(tile_width)
     slots = check_slots(slots, tile_width)
     if tile_width == "auto":
@@ -141,51 +137,14 @@ def matmul_to_twell(x, w, activation="relu", *, tile_width=_layout.GEMM_TILE_WID
         nnz = a.nnz if a._nnz_hint is None else a._nnz_hint
         width = _layout.auto_tile_width(a.shape, nnz, slots)
         return TwELLMatrix(a, tile_width=width, slots=slots)
+    out = result_dtype(x.dtype, w.dtype)
     be = _backend.backend(xp)
     if be.matmul_pack_supported(x, w, tile_width):
         return _fused_pack(be, x, w, tile_width, slots)
-    return TwELLMatrix.from_dense(_activated_product(be, x, w, activation),
-                                  tile_width=tile_width, slots=slots)
-
-
-def _activated_product(be, x, w, activation):
-    """``activation(x @ w.T)`` dense, accumulated in the accumulation dtype of NumPy's
-    promotion of ``x`` and ``w`` and rounded once to that promotion."""
-    out = result_dtype(x.dtype, w.dtype)
     acc = accumulator_dtype(out)
-    xp = _arrays.array_module(x)
     with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are values like any
-        return _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation),
-                   out)
-
-
-def _packed_unless_dense(be, x, w, w_up, w_down, activation, tile_width, slots, out):
-    """``(a, None)``: a layer's first projection ``activation(x @ w.T)`` (its gate; without
-    one, ``w_up`` None and ``w`` its up projection) as :func:`matmul_to_twell` packs it; or
-    ``(None, y)``, the layer's output (``out`` dtype) computed with its hidden layer dense,
-    where the operands take no fused GEMM -> TwELL (the product is then computed dense
-    anyway) and, at its entry count, the backend would take the dense way for every
-    product after it (``dense_layer_pays``): the hidden layer is never packed, at the cost
-    of one read-back of the count."""
-    tile_width = check_tile_width(tile_width)
-    slots = check_slots(slots, tile_width)
-    _check_activation(activation)
-    if tile_width == "auto" or be.matmul_pack_supported(x, w, tile_width):
-        return matmul_to_twell(x, w, activation, tile_width=tile_width, slots=slots), None
-    z = _activated_product(be, x, w, activation)
-    xp = _arrays.array_module(z)
-    shape, d_model, gated = z.shape, w_down.shape[0], w_up is not None
-    # The policies grow with the count: one that does not pay for a full product never does.
-    if be.dense_layer_pays(*shape, d_model, out, shape[0] * shape[1], gated):
-        nnz = int(xp.count_nonzero(z))  # a read-back, as the pack's; NaN counts, as there
-        if be.dense_layer_pays(*shape, d_model, out, nnz, gated):
-            acc = accumulator_dtype(out)
-            if gated:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    up = xp.matmul(_as(be, x, acc), _as(be, w_up, acc).T)
-                    z = _as(be, _as(be, z, acc) * up, out)
-            return None, xp.matmul(_as(be, z, out), _as(be, w_down, out).T)
-    return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots), None
+        z = _as(be, _activate(xp.matmul(_as(be, x, acc), _as(be, w, acc).T), activation), out)
+    return TwELLMatrix.from_dense(z, tile_width=tile_width, slots=slots)
 
 
 def _fused_pack(be, x, w, tile_width, slots, w_up=None, nnz_hint=None):
@@ -257,12 +216,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     (``twell_gated_dense_sm90_*``, nothing packed, ``tile_width`` and ``slots`` unused) and
     cuBLAS multiplies it by ``w_down``. Either way each product accumulates in float32 and
     rounds once. Otherwise the down projection is the TwELL SpMM, which picks its own way by
-    density. On the GPU, where the first projection takes no fused kernel (float32,
-    float64), it is computed dense anyway: its non-zeros are counted (one read-back), and
-    where at that count the up and the down projection would both take their dense ways
-    (float32 from about 9% non-zero at the paper's shape), the hidden layer is never packed:
-    the layer is cuBLAS's three GEMMs. Up-projection products that come out exactly zero
-    stay stored in the
+    density. Up-projection products that come out exactly zero stay stored in the
     intermediate, so that the layer computes what the dense layer computes (``0 * inf`` in
     ``w_down`` is NaN in both).
 
@@ -298,11 +252,10 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
     out = x.dtype
     for w in weights:
         out = result_dtype(out, w.dtype)
-    be = _backend.backend(xp)
     if not gated:
-        h, y = _packed_unless_dense(be, x, w_up, None, w_down, activation, tile_width, slots,
-                                    out)
-        return y if h is None else _matmul(h.astype(out, copy=False), w_down.T)
+        h = matmul_to_twell(x, w_up, activation, tile_width=tile_width, slots=slots)
+        return _matmul(h.astype(out, copy=False), w_down.T)
+    be = _backend.backend(xp)
     if (activation == "relu" and x.dtype == w_gate.dtype == w_up.dtype == out
             and not isinstance(tile_width, str)):
         # The gate and the up projection from one backend call where the fused GEMM takes
@@ -320,10 +273,7 @@ def sparse_ffn(x, w_gate, w_up, w_down, gated=True, *, activation="relu",
                 return y
             return _matmul(_fused_pack(be, x, w_gate, tile_width, slots, w_up, hint),
                            w_down.T)
-    gate, y = _packed_unless_dense(be, x, w_gate, w_up, w_down, activation, tile_width, slots,
-                                   out)
-    if gate is None:
-        return y
+    gate = matmul_to_twell(x, w_gate, activation, tile_width=tile_width, slots=slots)
     gate = gate.astype(out, copy=False)
     if gate.tile_width > _layout.NARROW_TILE_WIDTH:
         # The up projection's kernels read 16-bit columns within a tile: a gate of wider

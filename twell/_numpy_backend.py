@@ -305,12 +305,6 @@ def gated_ffn_by_sample(x, w_gate, w_up, w_down):
     return None, None
 
 
-def dense_layer_pays(m, hidden, d_model, dtype, nnz, gated):
-    """False: on the host the hidden layer is packed at every density (its products through
-    scipy.sparse's CSR kernels)."""
-    return False
-
-
 def _gated(parts, shape, tile_width, x, w_up, nnz):
     """The gate's ``parts`` as they are, or (with ``w_up``) :func:`gated_up`'s."""
     return parts if w_up is None else gated_up(parts, shape, tile_width, x, w_up, nnz)

@@ -14,7 +14,6 @@ from ._ffn import (
     matmul_pack_supported,
 )
 from ._pack import pack_csr, pack_dense, tile_counts_csr, tile_counts_dense
-from ._policy import dense_layer_pays
 from ._reduce import count_histogram, exclusive_scan
 from ._spmm import spmm, spmv
 from ._unpack import to_csr, to_dense
@@ -25,7 +24,6 @@ __all__ = [
     "canonical_csr",
     "cast",
     "count_histogram",
-    "dense_layer_pays",
     "exclusive_scan",
     "gated_ffn_by_sample",
     "gated_up",

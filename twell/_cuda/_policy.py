@@ -399,19 +399,6 @@ def spill_capacity(m, n):
     return m * n // SPILL_SHARE + SPILL_FLOOR
 
 
-def dense_layer_pays(m, hidden, d_model, dtype, nnz, gated):
-    """Whether a feed-forward layer whose first projection ``(m, hidden)`` of ``dtype``
-    values, computed dense (no fused GEMM -> TwELL for its operands: float32, float64, ...),
-    has ``nnz`` entries runs with its hidden layer never packed: where the down projection
-    to ``d_model`` columns would densify it (:func:`spmm_way`) and, ``gated``, the up
-    projection would take cuBLAS's whole product (:func:`gated_up_way`). Then the layer
-    skips the pack, the reading at the gate's entries and the densification (about 0.9 ms of
-    the 23.8 that float32's layer takes packed at 90% on the paper's shape, H100). No host
-    sync."""
-    return ((not gated or gated_up_way(m, hidden, d_model, dtype, nnz) == "dense")
-            and spmm_way(m, hidden, d_model, dtype, nnz) == "dense")
-
-
 def gated_up_way(m, h, d, dtype, nnz_hint):
     """How ``_ffn.gated_up`` runs by default: ``"dense"`` (cuBLAS's whole ``x @ w_up.T`` in
     float32, then ``twell_gated_take``) where :func:`dense_up_pays` says so for the gate's
