@@ -412,9 +412,9 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     shared memory; each entry's row of w_up read from L2: its time grows with the entries),
     or, for a dense enough gate of 16-bit or float32 values, cuBLAS's whole ``x @ w_up.T``
     in float32 (an ``M x H`` float32 temporary) and ``twell_gated_take`` at the gate's
-    entries; the dot
-    product runs instead if the temporary cannot be allocated. Products that come out zero
-    stay stored: the result feeds a product at once and is never handed to the user.
+    entries; the dot product runs instead if the temporary cannot be allocated. Products
+    that come out zero stay stored: the result feeds a product at once and is never handed
+    to the user.
     """
     m, k = shape
     depth = x.shape[1]
