@@ -741,9 +741,9 @@ def test_automatic_tile_width_packs_the_product_as_the_constructor_does(backend,
     # packs at the GEMM's width (fused for 16-bit inputs on a GPU) and packs again, with the
     # width, slots and entries that TwELLMatrix gives the dense product of the same dtype
     # (here about 0.07% non-zero over 20,000 columns: one tile a row, wider than the
-    # GEMM's). sparse_ffn takes it too,
-    # its up projection repacking the gate at a width its kernels read. Regression: the
-    # width reached the fused kernel's checks and the tile arithmetic as a string.
+    # GEMM's). sparse_ffn takes it too, its up projection repacking the gate at a width its
+    # kernels read. Regression: the width reached the fused kernel's checks and the tile
+    # arithmetic as a string.
     m, k, n = 24, 32, 20000
     x = rng.standard_normal((m, k))
     x[:, 0] = 1
