@@ -235,6 +235,10 @@ def test_from_dask_array_rejects_bad_input():
         tdask.from_dask_array(da.ones((4, 4), dtype=np.complex64, chunks=2))
     with pytest.raises(ValueError, match="slots must be between 1 and tile_width=8"):
         tdask.from_dask_array(da.ones((4, 4), chunks=2), tile_width=8, slots=9)
+    # The blocks share one width, which "auto" cannot give without counting every block:
+    # named, not a failure deep in the packing (regression: int("auto")).
+    with pytest.raises(ValueError, match='tile_width must be an int for a Dask array.*"auto"'):
+        tdask.from_dask_array(da.ones((4, 4), chunks=2), tile_width="auto")
 
 
 def test_from_blocks_checks_blocks():

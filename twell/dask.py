@@ -491,7 +491,9 @@ def from_dask_array(x, *, tile_width=GEMM_TILE_WIDTH, slots="auto", dtype=None,
         Chunks may be dense (NumPy or CuPy) or sparse (``scipy.sparse`` or
         ``cupyx.scipy.sparse``); the blocks live where the chunks do.
     tile_width : int, optional
-        Columns per tile, in [1, 65536]. Default 256.
+        Columns per tile, in [1, 65536]. Default 256. Not ``"auto"``: the blocks share one
+        width, packed apart (:func:`twell.auto_tile_width` gives the one ``TwELLMatrix``
+        would take from the shape and the entry count).
     slots : int or "auto", optional
         Slots per (row, tile); ``"auto"`` (default) lets every block choose
         its own (see :func:`twell.auto_slots`).
@@ -513,8 +515,8 @@ def from_dask_array(x, *, tile_width=GEMM_TILE_WIDTH, slots="auto", dtype=None,
         When ``x`` is not a Dask array, or has an unsupported dtype.
     ValueError
         When ``x`` is not 2-D, has unknown chunk sizes (call
-        ``x.compute_chunk_sizes()``), or is split along its columns with
-        ``rechunk=False``.
+        ``x.compute_chunk_sizes()``), is split along its columns with
+        ``rechunk=False``, or ``tile_width`` is ``"auto"``.
     ImportError
         When Dask is not installed.
 
@@ -541,6 +543,14 @@ def from_dask_array(x, *, tile_width=GEMM_TILE_WIDTH, slots="auto", dtype=None,
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D; got x.ndim={x.ndim}")
     tile_width = check_tile_width(tile_width)
+    if tile_width == "auto":
+        # The blocks are packed apart and share one width: "auto" would need every block's
+        # entries counted first.
+        raise ValueError(
+            'tile_width must be an int for a Dask array, whose blocks share one tile width; '
+            'got tile_width="auto" (twell.auto_tile_width(shape, nnz) gives the width that '
+            "TwELLMatrix would take)"
+        )
     slots = check_slots(slots, tile_width)
     dtype = value_dtype(x.dtype if dtype is None else dtype, "x.dtype" if dtype is None else
                         "dtype")
