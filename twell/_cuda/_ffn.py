@@ -58,11 +58,9 @@ def matmul_pack_supported(x, w, tile_width):
 
     Both float16 or both bfloat16, C-contiguous and 16-byte aligned, ``K % 8 == 0`` (whole
     16-byte chunks of each row) and a tile width in {8, 16, ..., 256} (a divisor of the
-    kernel's 256 columns, so that a (row, tile) pair never spans two blocks): not ``"auto"``,
-    which chooses the width from the whole product's counts.
+    kernel's 256 columns, so that a (row, tile) pair never spans two blocks).
     """
     return (x.dtype == w.dtype and x.dtype in _compile.HALF_DTYPES and x.shape[1] % 8 == 0
-            and not isinstance(tile_width, str)
             and 8 <= tile_width <= _MATMUL_TILE[1] and _MATMUL_TILE[1] % tile_width == 0
             and x.flags.c_contiguous and w.flags.c_contiguous and aligned(x, w))
 
