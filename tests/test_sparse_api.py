@@ -442,6 +442,42 @@ def test_csr_tuple_like_scipy(backend, fmt, c):
     assert_dense_equal(host(a.toarray()), csr.toarray())
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@given(c=csr_cases(max_cols=40))
+def test_canonical_format_calls_leave_scipys_canonical_matrix(backend, fmt, c):
+    """scipy code canonicalises what it built (sum_duplicates, eliminate_zeros, sort_indices,
+    prune): on a matrix built from the same non-canonical CSR those calls change nothing and
+    leave exactly what scipy's calls leave."""
+    csr, _, _ = c
+    want = csr.copy()
+    want.sum_duplicates()
+    want.eliminate_zeros()
+    cls = {"twell": twell.TwELLMatrix, "ell": twell.ELLMatrix}[fmt]
+    a = cls((backend.asarray(csr.data), backend.asarray(csr.indices),
+             backend.asarray(csr.indptr)), shape=csr.shape)
+    assert a.has_canonical_format and a.has_sorted_indices
+    for name in ("sum_duplicates", "eliminate_zeros", "sort_indices", "prune"):
+        assert getattr(a, name)() is None
+    assert a.nnz == want.nnz
+    assert_dense_equal(host(a.toarray()), want.toarray())
+    b = a.sorted_indices()
+    assert b is not a and type(b) is type(a)
+    assert_dense_equal(host(b.toarray()), want.toarray())
+    assert a.check_format() is None and a.check_format(full_check=False) is None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_check_format_is_the_invariant_check(fmt, monkeypatch):
+    a = make(_HOST, _case(np.eye(3)), fmt)
+
+    def broken(self):
+        raise ValueError("counts: a broken invariant")
+
+    monkeypatch.setattr(type(a), "validate", broken)
+    with pytest.raises(ValueError, match="broken invariant"):
+        a.check_format()
+
+
 def test_tuple_forms(backend):
     xp = backend.xp
     e = twell.TwELLMatrix((3, 4), dtype=np.float32)

@@ -8,8 +8,8 @@ library that holds the matrix: scipy's ``csr_array`` on the host, cupyx's ``csr_
 GPU, as scipy's own DIA and BSR formats go through CSR. Those return what scipy or cupyx return
 for their own formats. 16-bit values go through CSR as float32 (:mod:`twell._dtypes`).
 
-A container provides, besides ``shape``, ``dtype``, ``nnz``, ``nbytes``, ``tocsr()``, ``copy()``
-and ``get()``:
+A container provides, besides ``shape``, ``dtype``, ``nnz``, ``nbytes``, ``tocsr()``, ``copy()``,
+``get()`` and ``validate()``:
 
 ``_storage_key()``
     Its storage arrays, whose identity keys the caches (:meth:`SparseArrayAPI._transposed`).
@@ -241,6 +241,51 @@ class SparseArrayAPI:
     def conj(self, copy=True):
         """Same as :meth:`conjugate`."""
         return self.conjugate(copy=copy)
+
+    # -- canonical format ---------------------------------------------------
+    # The formats are canonical by construction (each (row, column) once, columns ascending,
+    # no explicit zeros): scipy code that canonicalises a matrix it built runs unchanged.
+
+    @property
+    def has_canonical_format(self):
+        """True: no duplicate entries and every row's columns ascending, as scipy's
+        ``has_canonical_format`` says of a canonical CSR matrix."""
+        return True
+
+    @property
+    def has_sorted_indices(self):
+        """True: every row's columns ascending."""
+        return True
+
+    def sum_duplicates(self):
+        """Nothing to do: the constructors sum duplicates (in place for scipy; returns None)."""
+
+    def eliminate_zeros(self):
+        """Nothing to do: no explicit zeros are stored (in place for scipy; returns None)."""
+
+    def sort_indices(self):
+        """Nothing to do: the columns are sorted (in place for scipy; returns None)."""
+
+    def prune(self):
+        """Nothing to trim: scipy cuts its arrays to ``nnz``, and the padding of the slots is
+        part of the layout (returns None)."""
+
+    def sorted_indices(self):
+        """A copy, as scipy returns one with sorted indices (these are sorted already)."""
+        return self.copy()
+
+    def check_format(self, full_check=True):
+        """scipy's format check: :meth:`validate` (every invariant of the storage, whatever
+        ``full_check``).
+
+        Raises
+        ------
+        TypeError
+            An array of the wrong kind or dtype.
+        ValueError
+            A broken invariant; the message names it.
+        """
+        self.validate()
 
     # -- dense output ---------------------------------------------------------
 
