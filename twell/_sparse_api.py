@@ -243,18 +243,20 @@ class SparseArrayAPI:
         return self.conjugate(copy=copy)
 
     # -- canonical format ---------------------------------------------------
-    # The formats are canonical by construction (each (row, column) once, columns ascending,
-    # no explicit zeros): scipy code that canonicalises a matrix it built runs unchanged.
+    # The formats are canonical by construction (each (row, column) once, no explicit zeros,
+    # the columns in the format's order): scipy code that canonicalises a matrix it built runs
+    # unchanged.
 
     @property
     def has_canonical_format(self):
-        """True: no duplicate entries and every row's columns ascending, as scipy's
-        ``has_canonical_format`` says of a canonical CSR matrix."""
+        """True: no duplicate entries, no explicit zeros and the columns in the format's
+        canonical order, as scipy's ``has_canonical_format`` says of a canonical CSR matrix."""
         return True
 
     @property
     def has_sorted_indices(self):
-        """True: every row's columns ascending."""
+        """True: the columns ascend within each row (ELL) or within each (row, tile)'s slots
+        and each row's overflow (TwELL)."""
         return True
 
     def sum_duplicates(self):
@@ -264,7 +266,7 @@ class SparseArrayAPI:
         """Nothing to do: no explicit zeros are stored (in place for scipy; returns None)."""
 
     def sort_indices(self):
-        """Nothing to do: the columns are sorted (in place for scipy; returns None)."""
+        """Nothing to do: the columns are in order (in place for scipy; returns None)."""
 
     def prune(self):
         """Nothing to trim: scipy cuts its arrays to ``nnz``, and the padding of the slots is
