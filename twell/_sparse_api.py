@@ -277,16 +277,8 @@ class SparseArrayAPI:
         return self.copy()
 
     def check_format(self, full_check=True):
-        """scipy's format check: :meth:`validate` (every invariant of the storage, whatever
-        ``full_check``).
-
-        Raises
-        ------
-        TypeError
-            An array of the wrong kind or dtype.
-        ValueError
-            A broken invariant; the message names it.
-        """
+        """scipy's format check: :meth:`validate`, which checks every invariant of the storage
+        whatever ``full_check`` and raises TypeError or ValueError naming a broken one."""
         self.validate()
 
     # -- dense output ---------------------------------------------------------
