@@ -62,3 +62,28 @@ def test_column_sums_add_each_column_in_the_order_of_its_entries(backend, cols, 
     want = [_pairwise(values[cols == c].tolist()) for c in range(n_cols)]
     got = _algorithms.column_sums(backend.asarray(cols), backend.asarray(values), n_cols)
     np.testing.assert_array_equal(backend.to_host(got), np.array(want, dtype=np.float64))
+
+
+@given(st.lists(st.integers(0, 3000), max_size=6), st.integers(0, 2**32 - 1))
+def test_segment_sums_of_long_and_skewed_segments_are_pairwise(backend, lengths, seed):
+    # Segments of very different lengths (the host sums them in blocks by power of two),
+    # with signed zeros and subnormals among the values: the bits follow the recursion.
+    rng = np.random.default_rng(seed)
+    lengths = np.array(lengths, dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n = int(indptr[-1])
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-300, 300, n)
+    values[rng.random(n) < 0.01] = rng.choice([-0.0, 5e-324, -5e-324, np.inf])
+    want = [_pairwise(values[a:b].tolist()) for a, b in zip(indptr[:-1], indptr[1:], strict=True)]
+    got = backend.to_host(_algorithms.segment_sums(backend.asarray(indptr),
+                                                    backend.asarray(values)))
+    np.testing.assert_array_equal(got, np.array(want, dtype=np.float64))
+    assert (np.signbit(got) == np.signbit(np.array(want, dtype=np.float64))).all()
+
+
+def test_a_segment_of_negative_zeros_sums_to_negative_zero(backend):
+    # Regression guard for the host's padding (a segment of 3 sums as a block of 4): with
+    # +0.0 as the padding, -0.0 + 0.0 would make the sum +0.0.
+    indptr = backend.asarray(np.array([0, 1, 4, 4], dtype=np.int64))
+    got = backend.to_host(_algorithms.segment_sums(indptr, backend.asarray(np.full(4, -0.0))))
+    assert got.tolist() == [0.0, 0.0, 0.0] and np.signbit(got[:2]).all() and not np.signbit(got[2])

@@ -298,29 +298,68 @@ def segment_sums(indptr, values):
     """``out[i] = values[indptr[i]:indptr[i + 1]].sum()`` for float64 ``values``: float64,
     one element per segment, zero for an empty one.
 
-    Each segment is summed pairwise (neighbours, then pairs of pairs, ...) by whole-array
-    steps, one per doubling of the longest segment: a fixed order, so the same bits on
-    every run and on both backends, with no atomics and memory for the values and the
-    segments only. On CuPy, reading the longest segment's length synchronises once.
+    Each segment is summed pairwise (neighbours, then pairs of pairs, ...), one step per
+    doubling of the longest segment: a fixed order, so the same values on every run and on
+    both backends, with no atomics and memory in proportion to the values and the segments.
+    CuPy runs :func:`_pairwise_whole`, NumPy the same additions by :func:`_pairwise_host`.
     """
+    xp = array_module(indptr, values)
+    starts, ends = indptr[:-1], indptr[1:]
+    if values.size == 0 or starts.size == 0:
+        return xp.zeros(starts.size, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # Inf + -Inf is NaN, no warning
+        if xp is np:
+            return _pairwise_host(starts, ends - starts, values)
+        return _pairwise_whole(indptr, values)
+
+
+def _pairwise_whole(indptr, values):
+    """:func:`segment_sums` by whole-array steps, for CuPy (one synchronisation: the longest
+    segment's length, the step count): at step ``s`` each entry whose rank in its segment is
+    a multiple of ``2 s`` adds the entry ``s`` after it, if the segment holds one; each
+    segment's sum ends at its first entry."""
     xp = array_module(indptr, values)
     n = values.size
     starts, ends = indptr[:-1], indptr[1:]
-    if n == 0 or starts.size == 0:
-        return xp.zeros(starts.size, dtype=np.float64)
     longest = int((ends - starts).max())  # device-to-host sync on CuPy: the step count
     segment = expand_indptr(indptr, n)
     rank = xp.arange(n, dtype=np.int64) - starts[segment]
     length = (ends - starts)[segment]
     acc = values.astype(np.float64, copy=True)
     step = 1
-    with np.errstate(over="ignore", invalid="ignore"):  # Inf + -Inf is NaN, no warning
-        while step < longest:
-            partner = xp.minimum(xp.arange(n, dtype=np.int64) + step, n - 1)
-            add = (rank % (2 * step) == 0) & (rank + step < length)
-            acc = xp.where(add, acc + acc[partner], acc)
-            step *= 2
+    while step < longest:
+        partner = xp.minimum(xp.arange(n, dtype=np.int64) + step, n - 1)
+        add = (rank % (2 * step) == 0) & (rank + step < length)
+        acc = xp.where(add, acc + acc[partner], acc)
+        step *= 2
     return xp.where(ends > starts, acc[xp.minimum(starts, n - 1)], 0.0)
+
+
+def _pairwise_host(starts, lengths, values):
+    """:func:`segment_sums` on NumPy (``lengths`` the segments' lengths): the segments whose
+    lengths round up to one power of two, ``P``, as the rows of a ``(segments, P)`` block
+    padded with -0.0 (``x + -0.0`` is ``x`` for every float, so the padding adds nothing,
+    not even to a zero's sign), then ``log2(P)`` strided additions, column ``r`` (a multiple
+    of ``2 s``) plus column ``r + s``: :func:`_pairwise_whole`'s additions in the same order,
+    with O(n) work instead of O(n log(longest)) (a tenth of the time for a million entries)
+    and blocks at most twice their entries."""
+    out = np.zeros(starts.size, dtype=np.float64)
+    used = np.flatnonzero(lengths > 0)
+    # ceil(log2(length)): the exponent frexp gives length - 1 (exact below 2**53).
+    power = np.frexp((lengths[used] - 1).astype(np.float64))[1]
+    for p in np.unique(power):
+        rows = used[power == p]
+        width = 1 << int(p)
+        offsets = np.arange(width, dtype=np.int64)
+        inside = offsets < lengths[rows, None]
+        block = np.full((rows.size, width), -0.0)
+        block[inside] = values[(starts[rows, None] + offsets)[inside]]
+        step = 1
+        while step < width:
+            np.add(block[:, ::2 * step], block[:, step::2 * step], out=block[:, ::2 * step])
+            step *= 2
+        out[rows] = block[:, 0]
+    return out
 
 
 def column_sums(cols, values, n_cols):
@@ -328,6 +367,15 @@ def column_sums(cols, values, n_cols):
     ``(n_cols,)``, each column's entries summed pairwise in the order they come (a stable
     sort), as :func:`segment_sums` does. Memory: the entries and the result."""
     xp = array_module(cols, values)
+    if xp is np and cols.size:
+        # scipy's CSR -> CSC conversion is a stable counting sort, O(n) where a stable argsort
+        # of int64 columns is O(n log n): each entry a row of its own, so that each column
+        # keeps its entries in the order they come.
+        import scipy.sparse as sp
+
+        by_column = sp.csr_array((values, cols, np.arange(cols.size + 1)),
+                                 shape=(cols.size, n_cols)).tocsc()
+        return segment_sums(by_column.indptr.astype(np.int64, copy=False), by_column.data)
     order = xp.argsort(cols, kind="stable")
     # Where each column starts among the sorted entries: the CSR row pointer of the
     # transpose, with no bincount (see count_sorted).
