@@ -4,7 +4,8 @@ These functions use only the array operations NumPy and CuPy share
 (``searchsorted``, ``cumsum``, fancy indexing), so one text
 serves both backends. The NumPy backend builds on them directly; the CuPy
 backend replaces the hot ones with CUDA kernels and keeps these for the
-rest.
+rest. Where NumPy has a faster way to the same result (the pairwise sums,
+the stable ordering by column), these hand it to :mod:`twell._host`.
 
 ``parts`` is a :class:`Parts` tuple of the six storage arrays of a TwELL
 matrix; the layout is documented in ``_layout``.
@@ -14,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _layout
+from . import _host, _layout
 from ._arrays import array_module
 
 
@@ -301,15 +302,15 @@ def segment_sums(indptr, values):
     Each segment is summed pairwise (neighbours, then pairs of pairs, ...), one step per
     doubling of the longest segment: a fixed order, so the same values on every run and on
     both backends, with no atomics and memory in proportion to the values and the segments.
-    CuPy runs :func:`_pairwise_whole`, NumPy the same additions by :func:`_pairwise_host`.
+    CuPy runs :func:`_pairwise_whole`, NumPy the same additions by
+    :func:`twell._host.segment_sums`.
     """
     xp = array_module(indptr, values)
-    starts, ends = indptr[:-1], indptr[1:]
-    if values.size == 0 or starts.size == 0:
-        return xp.zeros(starts.size, dtype=np.float64)
+    if values.size == 0 or indptr.size < 2:
+        return xp.zeros(max(indptr.size - 1, 0), dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # Inf + -Inf is NaN, no warning
         if xp is np:
-            return _pairwise_host(starts, ends - starts, values)
+            return _host.segment_sums(indptr, values)
         return _pairwise_whole(indptr, values)
 
 
@@ -335,47 +336,13 @@ def _pairwise_whole(indptr, values):
     return xp.where(ends > starts, acc[xp.minimum(starts, n - 1)], 0.0)
 
 
-def _pairwise_host(starts, lengths, values):
-    """:func:`segment_sums` on NumPy (``lengths`` the segments' lengths): the segments whose
-    lengths round up to one power of two, ``P``, as the rows of a ``(segments, P)`` block
-    padded with -0.0 (``x + -0.0`` is ``x`` for every float, so the padding adds nothing,
-    not even to a zero's sign), then ``log2(P)`` strided additions, column ``r`` (a multiple
-    of ``2 s``) plus column ``r + s``: :func:`_pairwise_whole`'s additions in the same order,
-    with O(n) work instead of O(n log(longest)) (a tenth of the time for a million entries)
-    and blocks at most twice their entries."""
-    out = np.zeros(starts.size, dtype=np.float64)
-    used = np.flatnonzero(lengths > 0)
-    # ceil(log2(length)): the exponent frexp gives length - 1 (exact below 2**53).
-    power = np.frexp((lengths[used] - 1).astype(np.float64))[1]
-    for p in np.unique(power):
-        rows = used[power == p]
-        width = 1 << int(p)
-        offsets = np.arange(width, dtype=np.int64)
-        inside = offsets < lengths[rows, None]
-        block = np.full((rows.size, width), -0.0)
-        block[inside] = values[(starts[rows, None] + offsets)[inside]]
-        step = 1
-        while step < width:
-            np.add(block[:, ::2 * step], block[:, step::2 * step], out=block[:, ::2 * step])
-            step *= 2
-        out[rows] = block[:, 0]
-    return out
-
-
 def column_sums(cols, values, n_cols):
     """Sums of float64 ``values`` by column (``cols``: int64, any order): float64
     ``(n_cols,)``, each column's entries summed pairwise in the order they come (a stable
     sort), as :func:`segment_sums` does. Memory: the entries and the result."""
     xp = array_module(cols, values)
-    if xp is np and cols.size:
-        # scipy's CSR -> CSC conversion is a stable counting sort, O(n) where a stable argsort
-        # of int64 columns is O(n log n): each entry a row of its own, so that each column
-        # keeps its entries in the order they come.
-        import scipy.sparse as sp
-
-        by_column = sp.csr_array((values, cols, np.arange(cols.size + 1)),
-                                 shape=(cols.size, n_cols)).tocsc()
-        return segment_sums(by_column.indptr.astype(np.int64, copy=False), by_column.data)
+    if xp is np:
+        return segment_sums(*_host.by_column(cols, values, n_cols))
     order = xp.argsort(cols, kind="stable")
     # Where each column starts among the sorted entries: the CSR row pointer of the
     # transpose, with no bincount (see count_sorted).

@@ -89,6 +89,45 @@ def transpose(csr, shape):
     return host_csr(t.indptr, t.indices, t.data)
 
 
+def segment_sums(indptr, values):
+    """:func:`twell._algorithms.segment_sums` on the host, the same additions in the same
+    order: the segments whose lengths round up to one power of two, ``P``, as the rows of a
+    ``(segments, P)`` block padded with -0.0 (``x + -0.0`` is ``x`` for every float, so the
+    padding adds nothing, not even to a zero's sign), then ``log2(P)`` strided additions,
+    column ``r`` (a multiple of ``2 s``) plus column ``r + s``. O(n) work where the
+    whole-array steps take O(n log(longest)) (a tenth of the time for a million entries);
+    blocks at most twice their entries."""
+    starts = indptr[:-1]
+    lengths = indptr[1:] - starts
+    out = np.zeros(starts.size, dtype=np.float64)
+    used = np.flatnonzero(lengths > 0)
+    # ceil(log2(length)): the exponent frexp gives length - 1 (exact below 2**53).
+    power = np.frexp((lengths[used] - 1).astype(np.float64))[1]
+    for p in np.unique(power):
+        rows = used[power == p]
+        width = 1 << int(p)
+        offsets = np.arange(width, dtype=np.int64)
+        inside = offsets < lengths[rows, None]
+        block = np.full((rows.size, width), -0.0)
+        block[inside] = values[(starts[rows, None] + offsets)[inside]]
+        step = 1
+        while step < width:
+            np.add(block[:, ::2 * step], block[:, step::2 * step], out=block[:, ::2 * step])
+            step *= 2
+        out[rows] = block[:, 0]
+    return out
+
+
+def by_column(cols, values, n_cols):
+    """``(indptr, ordered)``: ``values`` ordered by their columns ``cols`` (any order), each
+    column's in the order they come, and where each column starts. scipy's CSR -> CSC
+    conversion is a stable counting sort, O(n) where a stable argsort of the columns is
+    O(n log n): each entry a row of its own."""
+    t = sp.csr_array((values, cols, np.arange(cols.size + 1)),
+                     shape=(cols.size, n_cols)).tocsc()
+    return t.indptr.astype(np.int64, copy=False), t.data
+
+
 def to_dense(csr, shape, dtype):
     """Dense array of ``dtype`` (scipy's kernel; 16-bit values converted exactly after)."""
     out = csr.scipy(shape).toarray()
