@@ -198,6 +198,62 @@ def test_sparse_operand_through_csr_like_scipy(backend, fmt, op, case, seed):
     assert_like(ours(a, reference(backend, other)), want)
 
 
+def _writable_arrays(result):
+    """Every NumPy array a result holds (a dense result, or a sparse one's arrays)."""
+    if isinstance(result, np.ndarray):
+        return [result]
+    found = [getattr(result, n, None) for n in ("data", "indices", "indptr", "coords")]
+    return [x for a in found for x in (a if isinstance(a, tuple) else (a,))
+            if isinstance(x, np.ndarray)]
+
+
+HOST_CSR_RESULTS = {
+    **{op: ours for op, (ours, _) in SPARSE_OPS.items()},
+    "maximum-0": lambda a, b: a.maximum(0),
+    "max-axis": lambda a, b: a.max(axis=0),
+    "argmin-axis": lambda a, b: a.argmin(axis=1),
+    "sparse-matmul": lambda a, b: a @ b.T,
+    "sparse-rmatmul": lambda a, b: a.tocsr() @ b.T,
+}
+
+
+@pytest.mark.parametrize("op", list(HOST_CSR_RESULTS))
+@given(case=small_cases(values="finite"), seed=st.integers(0, 2**32 - 1))
+def test_results_through_host_csr_are_the_callers_own(op, case, seed):
+    # Operations through CSR read a host matrix's kept compressed rows without copying
+    # them (read-only views): each result is the CSR type's answer, its arrays writable,
+    # and writing into them changes neither operand.
+    a = twell.TwELLMatrix(case.dense)
+    b = twell.TwELLMatrix(_partner(case, seed))
+    before = a.toarray(), b.toarray()
+    try:
+        want = HOST_CSR_RESULTS[op](sp.csr_array(before[0]), sp.csr_array(before[1]))
+    except ValueError:  # an extremum of an empty matrix, as scipy refuses it
+        with pytest.raises(ValueError):
+            HOST_CSR_RESULTS[op](a, b)
+        return
+    got = HOST_CSR_RESULTS[op](a, b)
+    assert_like(got, want)
+    for x in _writable_arrays(got):
+        assert x.flags.writeable
+        x[...] = 7 if x.dtype != bool else True
+    np.testing.assert_array_equal(a.toarray(), before[0])
+    np.testing.assert_array_equal(b.toarray(), before[1])
+
+
+def test_a_result_sharing_kept_rows_is_copied():
+    # _private's rule on its own: a CSR result on read-only arrays (what scipy would give for
+    # an operation that returned its operand's arrays) comes back as a writable copy.
+    a = twell.TwELLMatrix(np.array([[0.0, 2.0], [3.0, 0.0]]))
+    view = a._csr_operand()
+    assert not view.data.flags.writeable
+    out = twell._sparse_api._private(view)
+    assert out is not view and out.data.flags.writeable
+    np.testing.assert_array_equal(out.toarray(), a.toarray())
+    fresh = sp.csr_array(np.eye(2))
+    assert twell._sparse_api._private(fresh) is fresh
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @given(case=small_cases(), seed=st.integers(0, 2**32 - 1))

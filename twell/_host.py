@@ -42,6 +42,13 @@ class HostCSR(NamedTuple):
         a.has_canonical_format = True
         return a
 
+    def read_only(self):
+        """The same arrays as read-only views: an operand that nothing can write through."""
+        views = [a.view() for a in self]
+        for v in views:
+            v.flags.writeable = False
+        return HostCSR(*views)
+
 
 def compute_dtype(dtype):
     """The dtype :class:`HostCSR` keeps values of ``dtype`` in."""

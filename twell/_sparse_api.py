@@ -78,8 +78,23 @@ def _is_sparse(x):
 
 
 def _as_csr(x):
-    """A sparse operand in the form scipy/cupyx take: twell's matrices become their CSR."""
-    return x._via_csr() if isinstance(x, SparseArrayAPI) else x
+    """A sparse operand in the form scipy/cupyx take: twell's matrices become their CSR
+    (:meth:`SparseArrayAPI._csr_operand`: read-only where it is kept storage, for
+    operations whose results :func:`_private` copies where they share it)."""
+    return x._csr_operand() if isinstance(x, SparseArrayAPI) else x
+
+
+def _private(result):
+    """``result`` of an operation on :meth:`SparseArrayAPI._csr_operand` arrays, copied where
+    it holds a read-only array (one it shares with an operand's kept storage): the caller
+    owns what it gets, writable, as scipy's results are."""
+    arrays = ([result] if isinstance(result, np.ndarray)
+              else [getattr(result, n, None) for n in ("data", "indices", "indptr", "coords")])
+    for a in arrays:
+        for x in (a if isinstance(a, tuple) else (a,)):
+            if isinstance(x, np.ndarray) and not x.flags.writeable:
+                return result.copy()
+    return result
 
 
 def _unknown(other):
@@ -182,6 +197,11 @@ class SparseArrayAPI:
         dtype = _dtypes.scipy_dtype(self.dtype)
         return (self if dtype == self.dtype else self.astype(dtype, copy=False)).tocsr()
 
+    def _csr_operand(self):
+        """:meth:`_via_csr` for an operation whose result goes through :func:`_private`: a
+        format that keeps host CSR hands it out without a copy, read-only."""
+        return self._via_csr()
+
     def _csr_op(self, fn, other):
         """``fn(C, other)`` for this matrix's CSR ``C`` (:meth:`_via_csr`): an element-wise
         operation through the CSR type of the array library.
@@ -193,7 +213,7 @@ class SparseArrayAPI:
         """
         shape = getattr(other, "shape", ())
         if self._xp is np or (math.prod(self.shape) and math.prod(shape)):
-            return fn(self._via_csr(), other)
+            return _private(fn(self._csr_operand(), other))
         cs = _arrays.cupyx_sparse()
         one = cs.csr_matrix((1, 1), dtype=_dtypes.scipy_dtype(self.dtype))
         if _is_sparse(other):
@@ -549,13 +569,13 @@ class SparseArrayAPI:
         return self.diagonal(offset).sum()
 
     def _through_csr(self, name, *args, **kwargs):
-        fn = getattr(self._via_csr(), name, None)
+        fn = getattr(self._csr_operand(), name, None)
         if fn is None:
             raise NotImplementedError(
                 f"{name} goes through CSR, and cupyx.scipy.sparse's csr_matrix has no {name}: "
                 f"use A.get().{name}(...) for a host result"
             )
-        return fn(*args, **kwargs)
+        return _private(fn(*args, **kwargs))
 
     def max(self, axis=None, out=None, *, explicit=False):
         """Maximum, through CSR (see ``scipy.sparse.csr_array.max``)."""
@@ -787,7 +807,7 @@ class SparseArrayAPI:
                     f"{other.shape} (A.shape[1]={self.shape[1]} must equal other.shape[0]="
                     f"{other.shape[0]})"
                 )
-            return self._via_csr() @ _as_csr(other)
+            return _private(self._csr_operand() @ _as_csr(other))
         if not _is_dense(other) and _unknown(other):
             return NotImplemented
         if isinstance(other, np.matrix):
@@ -798,7 +818,7 @@ class SparseArrayAPI:
         if _is_scalar(other):
             raise ValueError(_SCALAR_MATMUL)
         if _is_sparse(other):
-            return _as_csr(other) @ self._via_csr()
+            return _private(_as_csr(other) @ self._csr_operand())
         if not _is_dense(other):
             if _unknown(other):
                 return NotImplemented

@@ -593,6 +593,14 @@ class TwELLMatrix(SparseMatrix):
                       p.overflow_indices[src], p.overflow_data[src])
         return TwELLMatrix._from_parts(parts, shape, self.tile_width)
 
+    def _csr_operand(self):
+        # The kept compressed rows, read-only: scipy's operations build new arrays, and
+        # _private copies any result that would share these.
+        csr = self._compute_form()
+        if csr is None:
+            return super()._csr_operand()
+        return csr.read_only().scipy(self.shape)
+
     def tocsr(self, copy=False):
         """Convert to ``scipy.sparse.csr_array`` (host) or ``cupyx.scipy.sparse.csr_matrix``.
 
