@@ -185,3 +185,16 @@ def test_a_pickled_host_matrix_keeps_its_storage_read_only(rng):
     assert not b.data.flags.writeable and not b.counts.flags.writeable
     np.testing.assert_array_equal(b.toarray(), a.toarray())
     np.testing.assert_array_equal(b @ np.ones(500, np.float32), a @ np.ones(500, np.float32))
+
+
+@given(keys=st.lists(st.integers(0, 2**40), max_size=300),
+       bits=st.sampled_from([1, 15, 16, 17, 32, 33, 41]), repeat=st.booleans())
+def test_stable_argsort_is_numpys_stable_argsort(keys, bits, repeat):
+    # The radix sort by 16-bit digits against NumPy's stable sort: keys reduced below
+    # bound = 2**bits (one, two and three digits), repeated keys kept in input order.
+    bound = 2**bits
+    key = np.array(keys, dtype=np.int64) % bound
+    if repeat:
+        key = np.concatenate([key, key[::-1], key[: len(key) // 2]])
+    np.testing.assert_array_equal(_host.stable_argsort(key, bound),
+                                  np.argsort(key, kind="stable"))

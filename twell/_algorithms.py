@@ -271,28 +271,34 @@ def canonical_coo(rows, cols, vals, shape):
     rows = rows.astype(np.int64, copy=False)
     cols = cols.astype(np.int64, copy=False)
     key = rows * shape[1] + cols
-    order = xp.argsort(key, kind="stable")
-    key, vals = key[order], vals[order]
-    first = xp.searchsorted(key, key, side="left")
-    rank = xp.arange(key.size, dtype=np.int64) - first
-    most = int(rank.max()) if key.size else 0  # device-to-host sync on CuPy
-    if most:
-        # Sum each run of duplicates in input order, one rank level at a time: the same
-        # order as a sequential sum on every backend, so results are deterministic.
-        acc = np.float64 if vals.dtype == np.float64 else np.float32
-        total = vals.astype(acc)
-        # Inf + -Inf is NaN and a sum past the dtype's range Inf: values, not warnings.
-        with np.errstate(over="ignore", invalid="ignore"):
-            for level in range(1, most + 1):
-                at = rank == level
-                total[first[at]] += total[at]
-            starts = rank == 0
-            key, vals = key[starts], total[starts].astype(vals.dtype)
+    # On the host, input in order already (twell's own entries, most files) is not sorted
+    # again, and the ranks of duplicates (a binary search per entry) are found only where a
+    # key repeats (neighbours once sorted). The columns come along with the sort rather
+    # than from the key (an int64 division).
+    host = xp is np
+    if not host or (key.size > 1 and not bool((key[1:] >= key[:-1]).all())):
+        order = (_host.stable_argsort(key, shape[0] * shape[1]) if host
+                 else xp.argsort(key, kind="stable"))
+        key, rows, cols, vals = key[order], rows[order], cols[order], vals[order]
+    if not host or (key.size > 1 and bool((key[1:] == key[:-1]).any())):
+        first = xp.searchsorted(key, key, side="left")
+        rank = xp.arange(key.size, dtype=np.int64) - first
+        most = int(rank.max()) if key.size else 0  # device-to-host sync on CuPy
+        if most:
+            # Sum each run of duplicates in input order, one rank level at a time: the same
+            # order as a sequential sum on every backend, so results are deterministic.
+            acc = np.float64 if vals.dtype == np.float64 else np.float32
+            total = vals.astype(acc)
+            # Inf + -Inf is NaN and a sum past the dtype's range Inf: values, not warnings.
+            with np.errstate(over="ignore", invalid="ignore"):
+                for level in range(1, most + 1):
+                    at = rank == level
+                    total[first[at]] += total[at]
+                starts = rank == 0
+                rows, cols = rows[starts], cols[starts]
+                vals = total[starts].astype(vals.dtype)
     keep = is_nonzero(vals)
-    key, vals = key[keep], vals[keep]
-    if shape[1] == 0:
-        return key, key, vals
-    return key // shape[1], key % shape[1], vals
+    return rows[keep], cols[keep], vals[keep]
 
 
 def segment_sums(indptr, values):
