@@ -203,8 +203,9 @@ class SparseArrayAPI:
         return self._via_csr()
 
     def _csr_op(self, fn, other):
-        """``fn(C, other)`` for this matrix's CSR ``C`` (:meth:`_via_csr`): an element-wise
-        operation through the CSR type of the array library.
+        """``fn(C, other)`` for this matrix's CSR ``C`` (:meth:`_csr_operand`, the result
+        made the caller's own by :func:`_private`): an element-wise operation through the
+        CSR type of the array library.
 
         cupyx's element-wise operations divide by the operands' row and column counts, and
         its sparse sum allocates what cuSPARSE reports for an empty matrix (garbage): where
