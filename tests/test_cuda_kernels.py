@@ -845,3 +845,104 @@ def test_canonical_csr_falls_back_to_the_global_sort_for_long_rows(rng, monkeypa
     _canonical.canonical_csr(*[cupy.asarray(a) for a in (x.indptr, x.indices, x.data)],
                              (m, k))
     assert not calls
+
+
+# -- the resident SpMM (resident.cu) ----------------------------------------------------------
+
+_UNIT_ROUNDOFF = {np.dtype(np.float16): 2.0**-11, np.dtype(twell.bfloat16): 2.0**-8}
+
+
+def _resident_case(rng, m, k, density, dtype, one_class):
+    """A 16-bit ``m x k`` matrix of about ``density`` non-zeros; with ``one_class``, every
+    other row has its columns in one class of k % 4 (the lists' column-order fallback)."""
+    x = rng.uniform(0.5, 2.0, (m, k)) * rng.choice([-1.0, 1.0], (m, k))
+    x *= rng.random((m, k)) < density
+    if one_class:
+        x[::2, np.arange(k) % 4 != 1] = 0
+        x[::4, 1::4] = rng.uniform(0.5, 2.0, x[::4, 1::4].shape)  # long rows of one class
+    return cast(x, dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(0, 700), k=st.integers(1, 800), n=st.sampled_from([1, 7, 16, 24, 40, 136]),
+       density=st.sampled_from([0.0, 0.01, 0.1, 0.7]), tile_width=st.sampled_from([8, 64, 256]),
+       slots=st.integers(1, 4), dtype=st.sampled_from([np.float16, twell.bfloat16]),
+       one_class=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_resident_spmm_matches_the_float64_product(m, k, n, density, tile_width, slots, dtype,
+                                                   one_class, seed):
+    # Within the float32 sum's bound (gamma_k of the sum of |terms|) and one rounding to the
+    # 16-bit output, every output element written (the pool is poisoned first); the same bits
+    # for B one element past a 16-byte boundary and N not a multiple of 8 (one value at a time).
+    rng = np.random.default_rng(seed)
+    x = _resident_case(rng, m, k, density, dtype, one_class)
+    rhs = cast(rng.uniform(-2.0, 2.0, (k, n)), dtype)
+    a = twell.TwELLMatrix(cupy.asarray(x), tile_width=tile_width, slots=slots)
+    want = x.astype(np.float64) @ rhs.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(rhs.astype(np.float64))
+    gamma = k * 2.0**-24 / (1 - k * 2.0**-24)
+    tol = gamma * scale + _UNIT_ROUNDOFF[np.dtype(dtype)] * (np.abs(want) + gamma * scale)
+    got = {}
+    for name, b in (("aligned", cupy.asarray(rhs)), ("misaligned", misaligned(cupy, rhs))):
+        Backend("cupy").poison()
+        y = gpu_spmm(a._parts, a.shape, tile_width, b, np.dtype(dtype), way="resident")
+        got[name] = y.get()
+        assert np.all(np.abs(got[name].astype(np.float64) - want) <= tol), name
+    np.testing.assert_array_equal(got["misaligned"].view(np.uint16), got["aligned"].view(np.uint16))
+
+
+def test_resident_spmm_multiplies_only_the_entries(rng):
+    # Inf and NaN in B rows that A's entries never name do not reach the output (0 * Inf is
+    # not computed, as scipy's CSR product does not compute it); the padding words point at
+    # zero rows past K, never at B.
+    m, k, n = 64, 300, 32
+    x = _resident_case(rng, m, k, 0.05, np.float16, False)
+    x[:, 7] = 0
+    rhs = cast(rng.uniform(-2.0, 2.0, (k, n)), np.float16)
+    rhs[7] = np.inf
+    rhs[7, ::3] = np.nan
+    a = twell.TwELLMatrix(cupy.asarray(x), tile_width=64, slots=2)
+    got = gpu_spmm(a._parts, a.shape, 64, cupy.asarray(rhs), np.dtype(np.float16),
+                   way="resident").get()
+    want = scipy.sparse.csr_array(x.astype(np.float64)) @ rhs.astype(np.float64)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=1e-2)
+
+
+def test_resident_lists_hold_each_entry_once_in_class_order(rng):
+    # The lists of twell_resident_fill: every entry of a row once (its value's bits and its
+    # column), the rest padding at the zero rows K..K+3; a row listed in class order has
+    # column % 4 == (row + position) % 4 at every position.
+    m, k, tile_width = 300, 1000, 64
+    x = _resident_case(rng, m, k, 0.08, twell.bfloat16, True)
+    a = twell.TwELLMatrix(cupy.asarray(x), tile_width=tile_width, slots=2)
+    p = a._parts
+    lengths = cupy.empty(m, dtype=np.int64)
+    layout = (p.counts, p.indices, p.overflow_indptr, p.overflow_indices)
+    nt, s = p.counts.shape[1], p.data.shape[2]
+    _compile.function("resident.cu", "twell_resident_lengths")(
+        (-(-m // 8),), (256,), (*layout, np.int64(m), np.int64(nt), np.int32(tile_width),
+                                np.int32(s), lengths))
+    offsets = _reduce.exclusive_scan(lengths)
+    words = cupy.full(int(offsets[-1]), 0xFFFFFFFF, dtype=np.uint32)
+    _compile.function("resident.cu", "twell_resident_fill")(
+        (-(-m // 8),), (256,), (p.counts, p.data, p.indices, p.overflow_indptr,
+                                p.overflow_indices, p.overflow_data, np.int64(m), np.int64(k),
+                                np.int64(nt), np.int32(tile_width), np.int32(s), offsets,
+                                words))
+    words, offsets = words.get(), offsets.get()
+    bits = x.view(np.uint16)
+    ordered_rows = 0
+    for r in range(m):
+        row = words[offsets[r]:offsets[r + 1]]
+        assert row.size % 4 == 0 and offsets[r] % 4 == 0
+        cols, vals = row & 0xFFFF, row >> 16
+        pad = cols >= k
+        assert np.all(cols[pad] < k + 4) and np.all(vals[pad] == 0)
+        (want,) = np.nonzero(x[r])
+        assert sorted(cols[~pad].tolist()) == want.tolist()
+        np.testing.assert_array_equal(vals[~pad], bits[r, cols[~pad]])
+        plain = 4 * -(-want.size // 4)
+        if row.size != plain or np.all(cols % 4 == (r + np.arange(row.size)) % 4):
+            assert np.all(cols % 4 == (r + np.arange(row.size)) % 4), r
+            ordered_rows += 1
+    assert 0 < ordered_rows < m  # both orders occur
