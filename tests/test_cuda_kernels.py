@@ -910,10 +910,12 @@ def test_resident_spmm_multiplies_only_the_entries(rng):
 
 def test_resident_lists_hold_each_entry_once_in_class_order(rng):
     # The lists of twell_resident_fill: every entry of a row once (its value's bits and its
-    # column), the rest padding at the zero rows K..K+3; a row listed in class order has
-    # column % 4 == (row + position) % 4 at every position.
+    # column), the rest padding at the zero rows K..K+3, at least one group of four (an
+    # empty row's is padding); a row listed in class order has column % 4 == (row +
+    # position) % 4 at every position.
     m, k, tile_width = 300, 1000, 64
     x = _resident_case(rng, m, k, 0.08, twell.bfloat16, True)
+    x[[5, 6, 150]] = 0  # empty rows
     a = twell.TwELLMatrix(cupy.asarray(x), tile_width=tile_width, slots=2)
     p = a._parts
     lengths = cupy.empty(m, dtype=np.int64)
@@ -934,7 +936,7 @@ def test_resident_lists_hold_each_entry_once_in_class_order(rng):
     ordered_rows = 0
     for r in range(m):
         row = words[offsets[r]:offsets[r + 1]]
-        assert row.size % 4 == 0 and offsets[r] % 4 == 0
+        assert row.size % 4 == 0 and offsets[r] % 4 == 0 and row.size >= 4
         cols, vals = row & 0xFFFF, row >> 16
         pad = cols >= k
         assert np.all(cols[pad] < k + 4) and np.all(vals[pad] == 0)

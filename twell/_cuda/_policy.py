@@ -253,9 +253,9 @@ def spmm_way(m, k, n, dtype, nnz_hint, resident=False):
 
 
 #: The resident SpMM (``cuda_src/resident.cu``, :func:`._spmm.resident`): columns of B a
-#: block keeps (32-byte rows of 16-bit values), its threads, and rows of A a block's pairs
+#: block keeps (32-byte rows of float32 values), its threads, and rows of A a block's pairs
 #: of lanes take at once.
-RESIDENT_COLUMNS = 16
+RESIDENT_COLUMNS = 8
 RESIDENT_THREADS = 1024
 _RESIDENT_PAIRS = RESIDENT_THREADS // 2
 #: Column indices of the layer's hidden layer (tile width 256).
@@ -263,9 +263,9 @@ _RESIDENT_INDEX = np.dtype(np.uint16)
 
 
 #: The resident SpMM's cost model, 16-bit values: seconds per (entry x column of B, the
-#: columns rounded up to 16), and per product for the lists and the launches. Measured on
+#: columns rounded up to 8), and per product for the lists and the launches. Measured on
 #: the paper's down projection (docs/design.rst, the resident SpMM).
-RESIDENT_SECONDS = 1.2e-13
+RESIDENT_SECONDS = 1.0e-13
 RESIDENT_FIXED_SECONDS = 3e-5
 
 
@@ -290,7 +290,7 @@ def resident_seconds(n, nnz):
 
 def resident_shared_bytes(k):
     """Dynamic shared memory of the resident SpMM for ``k`` rows of B (and 4 zero rows)."""
-    return (k + 4) * RESIDENT_COLUMNS * 2
+    return (k + 4) * RESIDENT_COLUMNS * 4
 
 
 def resident_fits(k, itemsize, index_dtype):

@@ -124,13 +124,14 @@ def spmm_with(matmul, parts, shape, tile_width, b, out_dtype, nnz_hint=None, til
 
 def resident(parts, shape, tile_width, b, out_dtype):
     """``A @ b`` by the resident SpMM (``cuda_src/resident.cu``), for 16-bit parts of
-    ``out_dtype``, narrow indices and a C-contiguous ``b`` whose ``K + 4`` rows of 16 columns
+    ``out_dtype``, narrow indices and a C-contiguous ``b`` whose ``K + 4`` rows of 8 columns
     fit a block's shared memory (:func:`._policy.resident_fits`). No host synchronisation.
 
     ``twell_resident_lengths`` measures each row's list, a scan places the lists, and
     ``twell_resident_fill`` writes them (32-bit words, the value's bits and the column); then
-    ``twell_spmm_resident`` runs a block per 16 columns of ``b`` (times enough row blocks to
-    fill the device's SMs), each holding its columns of ``b`` for every k in shared memory.
+    ``twell_spmm_resident`` runs a block per 8 columns of ``b`` (times enough row blocks to
+    fill the device's SMs), each holding its columns of ``b`` for every k in shared memory,
+    widened to float32.
     The list buffer is sized without reading the GPU: a row's list holds at most twice its
     entries rounded up to four (resident.cu), and the entries at most the slots and the
     overflow hold.
