@@ -634,27 +634,6 @@ def test_dense_ways_pay_from_about_one_percent(model, pays_at):
     assert answers == sorted(answers)
 
 
-def test_the_resident_spmm_keeps_the_hidden_layer_packed_to_denser_layers():
-    # Where the resident SpMM takes the down projection (a GPU whose shared memory holds
-    # hidden rows of 8 float32 columns), cuBLAS's product on the dense hidden layer pays only
-    # where the resident SpMM's model passes the GEMM's, a denser layer than the gather's
-    # crossover (about 0.85% at the paper's layer); the answer flips once, there.
-    from twell._cuda import _policy
-
-    m, h, d = 16384, 5632, 2048
-    gemm = m * h * d / _policy.GEMM_MACS[2]
-    crossover = ((gemm - _policy.RESIDENT_FIXED_SECONDS)
-                 / (_policy.RESIDENT_SECONDS * d * m * h))
-    assert 0.0085 < crossover < 0.2
-    assert _policy.dense_hidden_pays(m, h, d, int(0.01 * m * h))
-    assert not _policy.dense_hidden_pays(m, h, d, int(0.01 * m * h), resident=True)
-    assert not _policy.dense_hidden_pays(m, h, d, int(0.98 * crossover * m * h), resident=True)
-    assert _policy.dense_hidden_pays(m, h, d, int(1.02 * crossover * m * h), resident=True)
-    answers = [_policy.dense_hidden_pays(m, h, d, int(p * m * h), resident=True)
-               for p in np.linspace(0, 1, 101)]
-    assert answers == sorted(answers)
-
-
 @pytest.mark.parametrize("fused, dtype", [(False, BF16), (True, BF16), (False, F32)],
                          ids=["gate-then-up", "gated-kernel", "gate-then-up-f32"])
 def test_gpu_sparse_ffn_takes_the_dense_up_projection_for_a_dense_gate(gpu, rng, monkeypatch,

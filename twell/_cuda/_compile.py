@@ -160,8 +160,6 @@ INSTANCES = {
                + [f"twell_reslot<{CTYPES[d]}>" for d in HALF_DTYPES]
                + [f"twell_ffn_fixup<{CTYPES[d]}, {v}>" for d in HALF_DTYPES
                   for v in (1, vector_width(d))]),
-    "resident.cu": (["twell_resident_lengths", "twell_resident_fill"]
-                    + [f"twell_spmm_resident<{CTYPES[d]}>" for d in HALF_DTYPES]),
     "matmul_pack_sm90.cu": ["twell_matmul_pack_sm90_bf16", "twell_matmul_pack_sm90_f16",
                             "twell_gated_pack_sm90_bf16", "twell_gated_pack_sm90_f16",
                             "twell_gated_dense_sm90_bf16", "twell_gated_dense_sm90_f16"],

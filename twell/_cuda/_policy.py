@@ -236,96 +236,16 @@ def one_tile_way(parts, m):
     return "warp"
 
 
-def spmm_way(m, k, n, dtype, nnz_hint, resident=False):
-    """How :func:`spmm` runs ``A @ B`` by default: ``"resident"`` (the resident SpMM, where
-    ``resident`` says it takes the product and :func:`resident_pays`), ``"dense"`` (cuBLAS on
-    ``A.toarray()``) or ``"rows"`` (the gather kernel), by the conditions listed there,
-    without a host sync. ``"dense"`` still falls back to the gather kernel if the temporary
-    cannot be allocated."""
+def spmm_way(m, k, n, dtype, nnz_hint):
+    """How :func:`spmm` runs ``A @ B`` by default: ``"dense"`` (cuBLAS on ``A.toarray()``) or
+    ``"rows"`` (the gather kernel), by the conditions listed there, without a host sync.
+    ``"dense"`` still falls back to the gather kernel if the temporary cannot be allocated."""
     itemsize = np.dtype(dtype).itemsize
-    if resident and resident_pays(m, k, n, nnz_hint):
-        return "resident"
     dense = (dense_product_pays(m, k, n, itemsize, nnz_hint)
              and n <= MAX_GRID_Y * 32  # no column chunks (spmm)
              and not (itemsize == 4 and float32_gemm_is_tf32())
              and m * k * itemsize <= device_bytes() // DENSE_SHARE)
     return "dense" if dense else "rows"
-
-
-#: The resident SpMM (``cuda_src/resident.cu``, :func:`._spmm.resident`): columns of B a
-#: block keeps (32-byte rows of float32 values), its threads, and rows of A a block's pairs
-#: of lanes take at once.
-RESIDENT_COLUMNS = 8
-RESIDENT_THREADS = 1024
-_RESIDENT_PAIRS = RESIDENT_THREADS // 2
-#: Column indices of the layer's hidden layer (tile width 256).
-_RESIDENT_INDEX = np.dtype(np.uint16)
-
-
-#: The resident SpMM's cost model, 16-bit values: seconds per (entry x column of B, the
-#: columns rounded up to 8), and per product for the lists and the launches. Measured on
-#: the paper's down projection (docs/design.rst, the resident SpMM).
-RESIDENT_SECONDS = 1.0e-13
-RESIDENT_FIXED_SECONDS = 3e-5
-
-
-def resident_pays(m, k, n, nnz):
-    """Whether the resident SpMM beats both the gather kernel and the dense product for
-    ``A @ B`` (A ``(m, k)`` with ``nnz`` entries, B with ``n`` columns, 16-bit values) in the
-    model: the gather's ``GATHER_SECONDS``, the dense way's GEMM and densification. Products
-    below :data:`DENSE_PRODUCT_MIN_WORK` multiply-adds keep the gather kernel, and
-    ``nnz=None`` answers False."""
-    if nnz is None or m * k * n < DENSE_PRODUCT_MIN_WORK:
-        return False
-    gather = GATHER_SECONDS[2] * nnz * n
-    dense = m * k * n / GEMM_MACS[2] + m * k * 2 / DENSIFY_BYTES
-    return resident_seconds(n, nnz) < min(gather, dense)
-
-
-def resident_seconds(n, nnz):
-    """The resident SpMM's time in the model, for ``nnz`` entries and ``n`` columns."""
-    columns = -(-n // RESIDENT_COLUMNS) * RESIDENT_COLUMNS
-    return RESIDENT_FIXED_SECONDS + RESIDENT_SECONDS * nnz * columns
-
-
-def resident_shared_bytes(k):
-    """Dynamic shared memory of the resident SpMM for ``k`` rows of B (and 4 zero rows)."""
-    return (k + 4) * RESIDENT_COLUMNS * 4
-
-
-def resident_fits(k, itemsize, index_dtype):
-    """Whether the resident SpMM takes ``A @ B`` with A's ``k`` columns: 16-bit values,
-    columns within 16-bit tiles, ``k + 4`` rows of B in a block's shared memory (K up to
-    7260 on an H100 or H200) and in the lists' 16 bits of column."""
-    return (itemsize == 2 and index_dtype == np.dtype(np.uint16) and 0 < k <= 65532
-            and resident_shared_bytes(k) <= _shared_optin(_device_id()))
-
-
-def resident_row_blocks(m, column_blocks):
-    """Row blocks of the resident SpMM's grid: enough blocks to give every SM one where the
-    columns alone do not, and no more than the rows fill."""
-    want = -(-_sm_count(_device_id()) // column_blocks)
-    return max(1, min(want, -(-m // _RESIDENT_PAIRS), MAX_GRID_Y))
-
-
-def _device_id():
-    import cupy
-
-    return cupy.cuda.Device().id
-
-
-@functools.cache
-def _shared_optin(device_id):
-    import cupy
-
-    return cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
-
-
-@functools.cache
-def _sm_count(device_id):
-    import cupy
-
-    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
 
 
 def float32_gemm_is_tf32():
@@ -431,27 +351,20 @@ def dense_hidden_allowed(x, w_gate, w_down):
 def dense_hidden_pays_at(m, h, d, nnz):
     """The part of :func:`dense_hidden` that depends on the gate's ``nnz`` entries (of an
     ``m x h`` hidden layer, ``d`` output columns): the gated kernel's up projection beats
-    the dot products (:func:`fused_up_pays`) and cuBLAS's down projection beats the SpMM's
-    way for the packed hidden layer (:func:`dense_hidden_pays`; the resident SpMM where it
-    takes an ``h``-column hidden layer on this device)."""
-    resident = resident_fits(h, 2, _RESIDENT_INDEX)
-    return fused_up_pays(m, h, nnz) and dense_hidden_pays(m, h, d, nnz, resident)
+    the dot products (:func:`fused_up_pays`) and cuBLAS's down projection beats the gather
+    (:func:`dense_hidden_pays`)."""
+    return fused_up_pays(m, h, nnz) and dense_hidden_pays(m, h, d, nnz)
 
 
-def dense_hidden_pays(m, h, d, nnz, resident=False):
+def dense_hidden_pays(m, h, d, nnz):
     """Whether the down projection of a hidden layer ``(m, h)`` with ``nnz`` entries to
-    ``d`` columns is faster by cuBLAS on the dense hidden layer than by the SpMM on the
-    packed one, 16-bit values: than the resident SpMM where ``resident`` (it takes the
-    product) and :func:`resident_pays`, else than the gather kernel, in the model of
-    :func:`dense_product_density` less its densification (the dense epilogue writes the
-    hidden layer instead of packing it): ``nnz * d * GATHER_SECONDS > m * h * d /
-    GEMM_MACS``, about 0.85% non-zero, and about 1.7% against the resident SpMM."""
+    ``d`` columns is faster by cuBLAS on the dense hidden layer than by the gather kernel
+    on the packed one, 16-bit values, in the model of :func:`dense_product_density` less its
+    densification (the dense epilogue writes the hidden layer instead of packing it):
+    ``nnz * d * GATHER_SECONDS > m * h * d / GEMM_MACS``, about 0.85% non-zero."""
     if nnz is None or m * h * d < DENSE_PRODUCT_MIN_WORK:
         return False
-    sparse = nnz * d * GATHER_SECONDS[2]
-    if resident:
-        sparse = min(sparse, resident_seconds(d, nnz))
-    return sparse > m * h * d / GEMM_MACS[2]
+    return nnz * d * GATHER_SECONDS[2] > m * h * d / GEMM_MACS[2]
 
 
 #: Density of the gate from which the gated Hopper kernel's up projection (a second GEMM,

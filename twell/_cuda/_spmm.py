@@ -10,29 +10,16 @@ import numpy as np
 from .. import _layout
 from .._dtypes import accumulator_dtype
 from . import _compile, _policy
-from ._launch import (
-    BLOCK,
-    WARPS,
-    aligned,
-    blocks,
-    i32,
-    i64,
-    indexed,
-    instance,
-    instance_n,
-    vector_for,
-)
-from ._reduce import exclusive_scan, nonfinite
+from ._launch import BLOCK, aligned, blocks, i32, i64, indexed, instance, instance_n, vector_for
+from ._reduce import nonfinite
 from ._unpack import to_dense
 
 
 def spmm(parts, shape, tile_width, b, out_dtype, nnz_hint=None, tile_index=None):
     """``A @ b`` for TwELL ``A`` and a C-contiguous 2-D CuPy ``b`` of the parts' dtype.
 
-    Three ways, chosen without a host synchronisation (:func:`._policy.spmm_way`):
+    Two ways, chosen without a host synchronisation (:func:`._policy.spmm_way`):
 
-    * the resident SpMM (:func:`resident`) for 16-bit values where ``b``'s columns fit
-      shared memory 16 at a time for every k (K up to about 7000);
     * the gather kernel ``twell_spmm_rows`` (8 to 32 lanes per row and up to 1024 columns of
       16-bit values, by N and the layout: :func:`._policy.rows_shape`; the B row of each
       entry read from L2; one column takes the SpMV, :func:`spmv`), after
@@ -76,10 +63,7 @@ def spmm_with(matmul, parts, shape, tile_width, b, out_dtype, nnz_hint=None, til
     wide = parts.indices.dtype != _layout.INDEX_DTYPE
     if tile_index is not None and (wide or not _policy.index_pays(parts, m, tile_index)):
         tile_index = None
-    fits = _policy.resident_fits(k, np.dtype(out_dtype).itemsize, parts.indices.dtype)
-    way = _policy.spmm_way(m, k, n, out_dtype, nnz_hint, fits)
-    if way == "resident":
-        return resident(parts, shape, tile_width, b, out_dtype)
+    way = _policy.spmm_way(m, k, n, out_dtype, nnz_hint)
     run_rows = None  # the gather kernels' gate (below: every row, unless set here)
     out = None
     if way == "dense":
@@ -119,50 +103,6 @@ def spmm_with(matmul, parts, shape, tile_width, b, out_dtype, nnz_hint=None, til
     kernel((-(-m // teams), column_blocks), (32,), (
         *common, *args, b, i64(n), run_rows, partial, i32(max(chunk.bit_length() - 1, 0)),
         out))
-    return out
-
-
-def resident(parts, shape, tile_width, b, out_dtype):
-    """``A @ b`` by the resident SpMM (``cuda_src/resident.cu``), for 16-bit parts of
-    ``out_dtype``, narrow indices and a C-contiguous ``b`` whose ``K + 4`` rows of 8 columns
-    fit a block's shared memory (:func:`._policy.resident_fits`). No host synchronisation.
-
-    ``twell_resident_lengths`` measures each row's list, a scan places the lists, and
-    ``twell_resident_fill`` writes them (32-bit words, the value's bits and the column); then
-    ``twell_spmm_resident`` runs a block per 8 columns of ``b`` (times enough row blocks to
-    fill the device's SMs), each holding its columns of ``b`` for every k in shared memory,
-    widened to float32.
-    The list buffer is sized without reading the GPU: a row's list holds at most twice its
-    entries rounded up to four (resident.cu), and the entries at most the slots and the
-    overflow hold.
-    """
-    m, k = shape
-    n = b.shape[1]
-    out = cupy.empty((m, n), dtype=out_dtype)
-    if m == 0 or n == 0:
-        return out
-    n_tiles, slots = parts.counts.shape[1], parts.data.shape[2]
-    layout = (parts.counts, parts.indices, parts.overflow_indptr, parts.overflow_indices)
-    lengths = cupy.empty(m, dtype=np.int64)
-    _compile.function("resident.cu", "twell_resident_lengths")(
-        blocks(m, WARPS), (BLOCK,), (*layout, i64(m), i64(n_tiles), i32(tile_width),
-                                     i32(slots), lengths))
-    offsets = exclusive_scan(lengths)
-    words = cupy.empty(2 * (parts.data.size + parts.overflow_indices.size + 3 * m),
-                       dtype=np.uint32)
-    _compile.function("resident.cu", "twell_resident_fill")(
-        blocks(m, WARPS), (BLOCK,), (
-            parts.counts, parts.data, parts.indices, parts.overflow_indptr,
-            parts.overflow_indices, parts.overflow_data, i64(m), i64(k), i64(n_tiles),
-            i32(tile_width), i32(slots), offsets, words))
-    kernel = _compile.function("resident.cu", instance("twell_spmm_resident", out_dtype))
-    smem = _policy.resident_shared_bytes(k)
-    kernel.max_dynamic_shared_size_bytes = smem
-    column_blocks = -(-n // _policy.RESIDENT_COLUMNS)
-    row_blocks = _policy.resident_row_blocks(m, column_blocks)
-    vec = int(n % 8 == 0 and aligned(b))
-    kernel((column_blocks, row_blocks), (_policy.RESIDENT_THREADS,), (
-        words, offsets, b, i64(m), i32(k), i32(n), i32(vec), out), shared_mem=smem)
     return out
 
 
