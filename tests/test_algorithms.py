@@ -64,6 +64,19 @@ def test_column_sums_add_each_column_in_the_order_of_its_entries(backend, cols, 
     np.testing.assert_array_equal(backend.to_host(got), np.array(want, dtype=np.float64))
 
 
+@given(st.lists(st.lists(st.integers(0, 9), max_size=6), max_size=8), st.integers(1, 12))
+def test_column_sums_of_csr_ordered_entries_add_in_entry_order(backend, rows, n_cols):
+    # With the row pointer of entries in CSR order (the host then orders them by scipy's
+    # CSR -> CSC conversion of the matrix itself), each column still sums in entry order.
+    cols = np.array([c % n_cols for row in rows for c in row], dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int64)
+    values = np.arange(1.0, cols.size + 1) ** 3 / 7
+    want = [_pairwise(values[cols == c].tolist()) for c in range(n_cols)]
+    got = _algorithms.column_sums(backend.asarray(cols), backend.asarray(values), n_cols,
+                                  backend.asarray(indptr))
+    np.testing.assert_array_equal(backend.to_host(got), np.array(want, dtype=np.float64))
+
+
 @given(st.lists(st.integers(0, 3000), max_size=6), st.integers(0, 2**32 - 1))
 def test_segment_sums_of_long_and_skewed_segments_are_pairwise(backend, lengths, seed):
     # Segments of very different lengths (the host sums them in blocks by power of two),

@@ -342,13 +342,15 @@ def _pairwise_whole(indptr, values):
     return xp.where(ends > starts, acc[xp.minimum(starts, n - 1)], 0.0)
 
 
-def column_sums(cols, values, n_cols):
+def column_sums(cols, values, n_cols, indptr=None):
     """Sums of float64 ``values`` by column (``cols``: int64, any order): float64
     ``(n_cols,)``, each column's entries summed pairwise in the order they come (a stable
-    sort), as :func:`segment_sums` does. Memory: the entries and the result."""
+    sort), as :func:`segment_sums` does. ``indptr``: the row pointer of entries in CSR order
+    (the host orders them as scipy's CSR -> CSC conversion does, faster). Memory: the
+    entries and the result."""
     xp = array_module(cols, values)
     if xp is np:
-        return segment_sums(*_host.by_column(cols, values, n_cols))
+        return segment_sums(*_host.by_column(cols, values, n_cols, indptr))
     order = xp.argsort(cols, kind="stable")
     # Where each column starts among the sorted entries: the CSR row pointer of the
     # transpose, with no bincount (see count_sorted).

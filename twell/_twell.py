@@ -909,7 +909,8 @@ class TwELLMatrix(SparseMatrix):
             vals = csr.data.astype(np.float64)
             with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are entries
                 if axis == 0:
-                    return _algorithms.column_sums(csr.indices, vals, self.shape[1])
+                    return _algorithms.column_sums(csr.indices, vals, self.shape[1],
+                                                   csr.indptr)
                 sums = _algorithms.segment_sums(csr.indptr, vals)
                 return sums.sum() if axis is None else sums
         be = _backend_of(self._xp)
