@@ -454,6 +454,24 @@ def test_reshape_resize_and_conversions_like_scipy(backend, fmt, case):
     assert_dense_equal(host(b.toarray()), want.toarray())
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@given(case=small_cases(values="finite"), grow=st.tuples(st.integers(-3, 3), st.integers(-3, 3)))
+def test_resize_to_any_shape_like_scipy(backend, fmt, case, grow):
+    # Rows and columns cut or added in every combination: scipy's result, a valid matrix,
+    # and the matrix copied from is unchanged (the resized one has arrays of its own).
+    m, k = case.dense.shape
+    shape = (max(m + grow[0], 0), max(k + grow[1], 0))
+    a = make(backend, case, fmt)
+    b = a.copy()
+    b.resize(shape)
+    want = sp.csr_array(case.dense)
+    want.resize(shape)
+    b.validate()
+    assert b.shape == shape and b.nnz == want.nnz
+    assert_dense_equal(host(b.toarray()), want.toarray())
+    assert_dense_equal(host(a.toarray()), case.dense)
+
+
 def test_toarray_order_and_out(backend):
     x = np.arange(6.0).reshape(2, 3)
     a = twell.TwELLMatrix(backend.asarray(x))

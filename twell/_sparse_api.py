@@ -420,9 +420,22 @@ class SparseArrayAPI:
         if len(shape) != 2:
             raise ValueError(f"shape must be (M, K) for a 2-D matrix; got shape={shape!r}")
         m, k = check_shape(shape)
-        rows, cols, vals = self._coo_arrays()
-        keep = (rows < m) & (cols < k)
-        self._replace(_convert.csr_from_coo(rows[keep], cols[keep], vals[keep], (m, k)))
+        # The canonical rows cut or extended as they are: the first min(M, m) rows, their
+        # columns below k (an order-keeping mask), empty rows after. Still canonical.
+        src = self._csr_input()
+        xp = self._xp
+        kept_rows = min(m, self.shape[0])
+        end = int(src.indptr[kept_rows])  # a host sync on the GPU
+        indptr = src.indptr[:kept_rows + 1]
+        indices, data = src.indices[:end], src.data[:end]
+        if k < self.shape[1]:
+            keep = indices < k
+            indptr = _algorithms.exclusive_cumsum(keep)[indptr]
+            indices, data = indices[keep], data[keep]
+        else:  # new arrays: the source's may be the matrix's own, or shared
+            indices, data = indices.copy(), data.copy()
+        indptr = xp.concatenate([indptr, xp.repeat(indptr[-1:], m - kept_rows)])
+        self._replace(_convert.CSR(indptr, indices, data, (m, k)))
 
     def transpose(self, axes=None, copy=False):
         """The transpose, built once and cached on the matrix (see :attr:`has_transpose`).
