@@ -876,6 +876,8 @@ class SparseArrayAPI:
                         return (self.dtype.type(result) if self._xp is np
                                 else result.astype(self.dtype))
                     return result
+                if _indexing.is_full(split[0]):  # every row: the CSR type alone
+                    return _private(self._csr_operand()[:, split[1]])
                 if isinstance(split[0], slice):
                     return self._take_rows(rows)._via_csr()[:, split[1]]
         return self._via_csr()[key]
