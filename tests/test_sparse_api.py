@@ -475,6 +475,21 @@ def test_resize_to_any_shape_like_scipy(backend, fmt, case, grow):
     assert_dense_equal(host(a.toarray()), case.dense)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@given(case=small_cases(values="finite"), dtype=st.sampled_from([F64, F32, np.float16,
+                                                                twell.bfloat16]))
+def test_every_diagonal_is_numpys(backend, fmt, case, dtype):
+    # Each diagonal from below the first row to past the last column (empty there), in the
+    # matrix's dtype, its values NumPy's.
+    m, k = case.dense.shape
+    a = make(backend, case, fmt, dtype)
+    x = host(a.toarray())
+    for d in range(-m - 1, k + 2):
+        got = host(a.diagonal(d))
+        assert got.dtype == a.dtype
+        np.testing.assert_array_equal(got, np.diagonal(x, d))
+
+
 def test_toarray_order_and_out(backend):
     x = np.arange(6.0).reshape(2, 3)
     a = twell.TwELLMatrix(backend.asarray(x))

@@ -1,5 +1,7 @@
 """The TwELLMatrix container."""
 
+import operator
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -592,6 +594,16 @@ class TwELLMatrix(SparseMatrix):
         parts = Parts(p.counts[rows], p.data[rows], p.indices[rows], indptr,
                       p.overflow_indices[src], p.overflow_data[src])
         return TwELLMatrix._from_parts(parts, shape, self.tile_width)
+
+    def diagonal(self, k=0):
+        """The ``k``-th diagonal (``A[i, i + k]``) as a dense 1-D array of the matrix's
+        dtype; on the host read from the kept compressed rows by scipy's kernel."""
+        csr = self._compute_form()
+        if csr is None:
+            return super().diagonal(k)
+        # float32 holds 16-bit values exactly: the cast back is exact.
+        out = csr.read_only().scipy(self.shape).diagonal(operator.index(k))
+        return out.astype(self.dtype, copy=False)
 
     def _csr_operand(self):
         # The kept compressed rows, read-only: scipy's operations build new arrays, and
