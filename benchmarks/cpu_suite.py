@@ -5,9 +5,9 @@ Matrices: activations (4096 x 5632, 1% non-zeros, the feed-forward workload's ge
 mean degree 16, Pareto tail index 2), each in float32 and float64. ``A = TwELLMatrix(csr)``
 with default arguments. Operations and contenders (twell | scipy):
 
-=============  =========================  ==================
+=============  =========================  ====================
 op             twell                      scipy
-=============  =========================  ==================
+=============  =========================  ====================
 spmv           ``A @ v``                  ``csr @ v``
 spmm N=64      ``A @ B``                  ``csr @ B``
 transpose      ``A.T``                    ``csr.T.tocsr()``
@@ -16,14 +16,17 @@ twell->csr     ``A.tocsr()``              ``csr.tocsc()``
 twell->dense   ``A.toarray()``            ``csr.toarray()``
 pack           ``TwELLMatrix(dense)``     ``csr_array(dense)``
 nbytes         ``A.nbytes``               the CSR's bytes
-=============  =========================  ==================
+sum axis=0, 1  ``A.sum(axis)``            ``csr.sum(axis)``
+columns        ``A[:, K/4:3K/4]``         ``csr[:, K/4:3K/4]``
+=============  =========================  ====================
 
 The dense operations run on the activations only (the others' dense forms take tens of GB).
 ``csr.tocsc()`` stands for a conversion between compressed formats of the same matrix.
 Every result is checked first: conversions and the transpose exactly (the canonical CSR of
-the result against scipy's), products by relative error against scipy's float64 product
-(``HOST_TOLERANCE``). Times: ``perf_counter`` around each call, best of ``--reps`` (7); a
-call slower than ``--max-timing-s`` / ``--reps`` gets fewer runs, at least ``--min-reps``.
+the result against scipy's), products and sums by relative error against scipy's float64
+product or sum (``HOST_TOLERANCE``). Times: ``perf_counter`` around each call, best of
+``--reps`` (7); a call slower than ``--max-timing-s`` / ``--reps`` gets fewer runs, at least
+``--min-reps``.
 """
 
 import time
@@ -177,6 +180,7 @@ def run_case(bench, case, csr, dt):
                       check=close_b, param=f"N={RHS}")
         bench.measure(case, "spmm", "A @ B", lambda _: a @ b, family="twell", variant=a_variant,
                       check=close_b, param=f"N={RHS}")
+        run_api_ops(bench, case, csr, a, a_variant, c64, tol)
 
     if case.matrix != "activations":
         why = (f"dense forms run on the activations only: this {m} x {k} matrix would take "
@@ -203,6 +207,25 @@ def run_case(bench, case, csr, dt):
                                 keep=True)
     if packed is not None:
         row["variant"] = f"T={packed.tile_width} S={packed.slots}"
+
+
+def run_api_ops(bench, case, csr, a, a_variant, c64, tol):
+    """scipy's array API on the matrix: sums along each axis (checked against the float64
+    sums) and the middle half of the columns over every row (exactly)."""
+    ck = Checks(bench)
+    for axis in (0, 1):
+        close_s = ck.close(c64.sum(axis=axis), np.float64, tol=tol)
+        bench.measure(case, "sum", "csr.sum(axis)", lambda _, axis=axis: csr.sum(axis=axis),
+                      family="scipy", check=close_s, param=f"axis={axis}")
+        bench.measure(case, "sum", "A.sum(axis)", lambda _, axis=axis: a.sum(axis=axis),
+                      family="twell", variant=a_variant, check=close_s, param=f"axis={axis}")
+    k = csr.shape[1]
+    cols = slice(k // 4, 3 * k // 4)
+    same_c = ck.same_sparse(csr[:, cols])
+    bench.measure(case, "columns", "csr[:, K/4:3K/4]", lambda _: csr[:, cols], family="scipy",
+                  check=same_c)
+    bench.measure(case, "columns", "A[:, K/4:3K/4]", lambda _: a[:, cols], family="twell",
+                  variant=a_variant, check=same_c)
 
 
 def add_twell_over_scipy(rows, case_id):
