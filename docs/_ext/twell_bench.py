@@ -75,7 +75,7 @@ OP_FAMILY_LABELS = {
 OP_TITLES = {
     "pack": "dense -> TwELL", "gemm+pack": "relu(x @ w.T) -> TwELL", "gated ffn": "gated FFN",
     "csr->twell": "CSR -> TwELL", "twell->csr": "TwELL -> CSR", "twell->dense": "TwELL -> dense",
-    "spmm": "A @ B", "spmv": "A @ x",
+    "spmm": "A @ B", "spmv": "A @ x", "sum": "A.sum(axis)", "columns": "A[:, K/4:3K/4]",
 }
 TIMED = ("ok", "wrong")
 # An empty cell: a lone "-" would be a bullet list in reStructuredText.
