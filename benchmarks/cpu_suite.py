@@ -180,7 +180,7 @@ def run_case(bench, case, csr, dt):
                       check=close_b, param=f"N={RHS}")
         bench.measure(case, "spmm", "A @ B", lambda _: a @ b, family="twell", variant=a_variant,
                       check=close_b, param=f"N={RHS}")
-        run_api_ops(bench, case, csr, a, a_variant, c64, tol)
+        run_api_ops(bench, ck, case, csr, a, a_variant, c64, tol)
 
     if case.matrix != "activations":
         why = (f"dense forms run on the activations only: this {m} x {k} matrix would take "
@@ -209,10 +209,9 @@ def run_case(bench, case, csr, dt):
         row["variant"] = f"T={packed.tile_width} S={packed.slots}"
 
 
-def run_api_ops(bench, case, csr, a, a_variant, c64, tol):
+def run_api_ops(bench, ck, case, csr, a, a_variant, c64, tol):
     """scipy's array API on the matrix: sums along each axis (checked against the float64
     sums) and the middle half of the columns over every row (exactly)."""
-    ck = Checks(bench)
     for axis in (0, 1):
         close_s = ck.close(c64.sum(axis=axis), np.float64, tol=tol)
         bench.measure(case, "sum", "csr.sum(axis)", lambda _, axis=axis: csr.sum(axis=axis),

@@ -432,8 +432,8 @@ class SparseArrayAPI:
             keep = indices < k
             indptr = _algorithms.exclusive_cumsum(keep)[indptr]
             indices, data = indices[keep], data[keep]
-        else:  # new arrays: the source's may be the matrix's own, or shared
-            indices, data = indices.copy(), data.copy()
+        else:  # _csr_input's indices are a new array; its values may be the kept ones
+            data = data.copy()
         indptr = xp.concatenate([indptr, xp.repeat(indptr[-1:], m - kept_rows)])
         self._replace(_convert.CSR(indptr, indices, data, (m, k)))
 

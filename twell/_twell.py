@@ -598,11 +598,10 @@ class TwELLMatrix(SparseMatrix):
     def diagonal(self, k=0):
         """The ``k``-th diagonal (``A[i, i + k]``) as a dense 1-D array of the matrix's
         dtype; on the host read from the kept compressed rows by scipy's kernel."""
-        csr = self._compute_form()
-        if csr is None:
+        if self._compute_form() is None:
             return super().diagonal(k)
         # float32 holds 16-bit values exactly: the cast back is exact.
-        out = csr.read_only().scipy(self.shape).diagonal(operator.index(k))
+        out = self._csr_operand().diagonal(operator.index(k))
         return out.astype(self.dtype, copy=False)
 
     def _csr_operand(self):
