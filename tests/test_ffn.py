@@ -440,6 +440,71 @@ def test_gated_dense_kernel_writes_the_gated_packs_values_whole(gpu, rng, monkey
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+@pytest.mark.parametrize("shape, bias", [
+    ((128, 64, 256), 2.3),        # one block, one k tile, ~1% non-zero
+    ((77, 136, 300), 2.3),        # partial blocks and k tile, N cuts a block mid-tile
+    ((300, 72, 777), 1.0),        # ~16%: most warps name over 128 columns (4-row passes)
+    ((300, 72, 777), 0.0),        # ~50%: every column named, 32 groups
+    ((300, 72, 777), 9.0),        # no gate entry at all
+    ((1000, 4096, 2752), 2.3),    # a long k loop, many tile pairs a cluster
+    ((2048, 2048, 5632), 2.3),    # the paper's shape, shorter
+], ids=str)
+@pytest.mark.parametrize("dtype", HALF)
+def test_gated_kernels_take_the_up_projection_at_the_gates_entries(gpu, rng, monkeypatch,
+                                                                  shape, bias, dtype):
+    # sparse_up (cuda_src/gated_sparse.cuh): each warp multiplies only the rows of w_up that
+    # its rows' gate entries name. The entries are the gate's, bit for bit; each value is the
+    # gate's times x @ w_up.T rounded once, against float64; the dense kernel writes the same
+    # bits whole (+0 where the gate is, also at columns of w_up holding Inf); a second launch
+    # gives the same bits; and the values agree with the whole up GEMM's to its rounding.
+    from twell._cuda import _ffn, _policy
+
+    _hopper(gpu)
+    monkeypatch.setattr(_policy, "spill_capacity", lambda m, n: m * n)
+    monkeypatch.setattr(_policy, "gated_fused", lambda *_: True)
+    x, w = _fused(gpu, rng, dtype, shape=shape, bias=bias)
+    m, k, n = shape
+    u = cast(rng.standard_normal((n, k)) / np.sqrt(k), dtype)
+    u[::7, 0] = np.inf
+    u = gpu.asarray(u)
+    full = (m, n)
+    gate, _ = _ffn.matmul_pack(x, w, 256, 8)
+    used = int(gate.overflow_indices.size)
+
+    def trimmed(parts):
+        return twell.TwELLMatrix._from_parts(
+            parts._replace(overflow_indices=parts.overflow_indices[:used],
+                           overflow_data=parts.overflow_data[:used]), full, 256)
+
+    gpu.poison()
+    sparse, _ = _ffn.matmul_pack_bounded(x, w, 256, 8, w_up=u, sparse_up=True)
+    again, _ = _ffn.matmul_pack_bounded(x, w, 256, 8, w_up=u, sparse_up=True)
+    whole, _ = _ffn.matmul_pack_bounded(x, w, 256, 8, w_up=u)
+    got = trimmed(sparse)
+    assert_same_bits(got, trimmed(again), "a second launch")
+    for name in ("counts", "indices", "overflow_indptr"):
+        np.testing.assert_array_equal(gpu.to_host(getattr(sparse, name)),
+                                      gpu.to_host(getattr(gate, name)), err_msg=name)
+    plain = twell.TwELLMatrix._from_parts(gate, full, 256)
+    gate_dense = cast(plain.toarray().get(), np.float64)
+    have = cast(got.toarray().get(), np.float64)
+    up = gpu.to_host(x).astype(np.float64) @ gpu.to_host(u).astype(np.float64).T
+    finite = np.isfinite(up)
+    assert ((have != 0) <= (gate_dense != 0)).all()  # no entry outside the gate's
+    want = gate_dense * np.where(finite, up, 0)
+    assert rel_err(np.where(finite, have, 0), want) <= MATMUL_RTOL[dtype]
+    assert (np.isinf(have) == (np.isinf(up) & (gate_dense != 0))).all()
+    other = cast(trimmed(whole).toarray().get(), np.float64)
+    assert rel_err(np.where(finite, have, 0), np.where(finite, other, 0)) <= MATMUL_RTOL[dtype]
+    if bias == 9.0:
+        assert plain.nnz == 0
+    else:
+        assert plain.nnz > 0
+    gpu.poison()
+    dense = gpu.to_host(_ffn.gated_dense(x, w, u, sparse_up=True))
+    np.testing.assert_array_equal(dense.view(np.uint16), got.toarray().get().view(np.uint16))
+
+
 def test_gated_dense_refuses_an_odd_hidden_size(gpu, rng, monkeypatch):
     from twell._cuda import _ffn, _policy
 
