@@ -39,7 +39,6 @@
 #include "matmul_pack.cuh"
 #include "wgmma.cuh"
 #include "tma.cuh"
-#include "gated_sparse.cuh"
 
 using namespace twell;
 
@@ -77,7 +76,7 @@ __device__ __forceinline__ void matmul_pack_sm90(
     int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices,
     long long* __restrict__ spill_start, int* __restrict__ spill_indices,
     T* __restrict__ spill_data, long long spill_capacity,
-    unsigned long long* __restrict__ spill_used, int sparse_up = 0) {
+    unsigned long long* __restrict__ spill_used) {
   const int tid = threadIdx.x, warp_id = tid / kWarp, lane = tid % kWarp;
   const unsigned rank = cluster_ctarank();
   const long long col_blocks = (n_cols + kBN - 1) / kBN;
@@ -152,19 +151,7 @@ __device__ __forceinline__ void matmul_pack_sm90(
         // The gate rounded and relu'd into 64 words, then the up projection's accumulators.
         unsigned gate[64], flags[2][2];
         gate_words<T>(d, gate, flags);
-        if (sparse_up) {
-          // Only the w_up rows that this warp's gate entries name (gated_sparse.cuh).
-          const int wg = tid / 128, warp = tid % 128 / kWarp;
-          float* const own = static_cast<float*>(words) + (wg * 4 + warp) * 1024;
-          unsigned char* const slots = reinterpret_cast<unsigned char*>(own);
-          const gated_sparse::Columns cols = gated_sparse::plan_columns(flags, lane, slots);
-          gated_sparse::up_k_tiles<T, kStages>(d, cols, slots, ring, bars, k_tiles, first, wg,
-                                               warp, lane, release);
-          first = (first + k_tiles) % (2 * kStages);
-          gated_sparse::remap(d, cols, own, lane);
-        } else {
-          k_loop();
-        }
+        k_loop();
         if constexpr (DenseOut) {
           if (row0(p) < n_rows)  // else a padding CTA past M
             store_gated_dense<T>(gate, d, data, words, row0(p), col0(p), n_rows, n_cols, tid / 128,
@@ -222,11 +209,10 @@ __device__ __forceinline__ void matmul_pack_sm90(
       int* __restrict__ counts, T* __restrict__ data, unsigned short* __restrict__ indices, \
       long long* __restrict__ spill_start, int* __restrict__ spill_indices,                 \
       T* __restrict__ spill_data, long long spill_capacity,                                 \
-      unsigned long long* __restrict__ spill_used, int sparse_up) {                         \
+      unsigned long long* __restrict__ spill_used) {                                        \
     matmul_pack_sm90<T, true>(tmap_x, tmap_w, tmap_u, n_rows, n_cols, depth, tile_width,    \
                               slots, zero_fill, totals, counts, data, indices, spill_start, \
-                              spill_indices, spill_data, spill_capacity, spill_used,        \
-                              sparse_up);                                                   \
+                              spill_indices, spill_data, spill_capacity, spill_used);       \
   }
 
 // The gated layer's hidden values relu(x @ w_gate^T) * (x @ w_up^T), zero where the gate is,
@@ -238,10 +224,10 @@ __device__ __forceinline__ void matmul_pack_sm90(
       __launch_bounds__(kGatedThreads, 1) name(                                              \
       const __grid_constant__ TensorMap tmap_x, const __grid_constant__ TensorMap tmap_w,   \
       const __grid_constant__ TensorMap tmap_u, long long n_rows, long long n_cols,         \
-      long long depth, T* __restrict__ out, int sparse_up) {                                \
+      long long depth, T* __restrict__ out) {                                               \
     matmul_pack_sm90<T, true, true>(tmap_x, tmap_w, tmap_u, n_rows, n_cols, depth,          \
                                     gemm::kBN, 1, 0, nullptr, nullptr, out, nullptr,        \
-                                    nullptr, nullptr, nullptr, 0, nullptr, sparse_up);      \
+                                    nullptr, nullptr, nullptr, 0, nullptr);                 \
   }
 
 TWELL_MATMUL_PACK_SM90(twell_matmul_pack_sm90_bf16, __nv_bfloat16)

@@ -283,10 +283,10 @@ __device__ __forceinline__ void pack_words(
     T* __restrict__ spill_data,
     long long spill_capacity, unsigned long long* __restrict__ spill_used, int wg, int warp,
     int lane) {
+  constexpr int kConsumers = 256;
   const TileSpan span(n0, n_cols, tile_width);
   const unsigned long long valid = quad_valid_bits(n0, n_cols, lane & 3);
-  // The warp's own 4 KB (as store_gated_dense's, and gated_sparse::remap's stage).
-  uint4* const groups = static_cast<uint4*>(words) + (wg * 4 + warp) * 256 + lane;
+  uint4* const groups = static_cast<uint4*>(words) + (wg * 128 + warp * kWarp + lane);
   // Both rows' words and masks first, so that the accumulators die before the packing.
   // The non-zero bits of row half h, chunks j of one half word each: flags[h][j / 16] holds
   // column 8 j + 2 q + b at bit 16 b + j % 16, one shift and one and-or a word; the masks'
@@ -307,7 +307,7 @@ __device__ __forceinline__ void pack_words(
     if (c >= 8) {
       later[c & 7] = make_uint4(four[0], four[1], four[2], four[3]);
     } else {
-      groups[c * kWarp] = make_uint4(four[0], four[1], four[2], four[3]);
+      groups[c * kConsumers] = make_uint4(four[0], four[1], four[2], four[3]);
     }
   }
   unsigned long long masks[2];
@@ -320,13 +320,13 @@ __device__ __forceinline__ void pack_words(
   for (int h = 0; h < 2; ++h) {
     if (h == 1) {
 #pragma unroll
-      for (int c = 0; c < 8; ++c) groups[c * kWarp] = later[c];
+      for (int c = 0; c < 8; ++c) groups[c * kConsumers] = later[c];
     }
     const long long row = m0 + wg * 64 + 16 * warp + lane / 4 + 8 * h;
     // This thread's own word, stored above.
     const auto value_of = [groups](int j, int b) {
       const unsigned two =
-          reinterpret_cast<const unsigned*>(groups + (j >> 2) * kWarp)[j & 3];
+          reinterpret_cast<const unsigned*>(groups + (j >> 2) * kConsumers)[j & 3];
       return from_bits<T>(static_cast<unsigned short>(two >> (16 * b)));
     };
     pack_quad_row<T>(masks[h] & valid, row, row < n_rows, span, slots, zero_fill, totals,
@@ -351,9 +351,8 @@ __device__ __forceinline__ void pack_words(
 //
 // The words wait for their entries in `words` (32 KB of shared memory past the pipeline's
 // ring, which already holds the next tile's loads), a row at a time: word group c (4 words:
-// j = 4 (c % 8) + e of row half h = c / 8) of lane l of consumer warp w (0..7) as 16 bytes
-// at (w * 256 + (c % 8) * 32 + l) * 16, conflict-free 128-bit stores in the warp's own 4 KB
-// (which gated_sparse::remap uses before); the second row's 8 groups wait in
+// j = 4 (c % 8) + e of row half h = c / 8) of consumer thread t as 16 bytes at
+// ((c % 8) * 256 + t) * 16, conflict-free 128-bit stores; the second row's 8 groups wait in
 // registers while the first row packs, then take its place. All 16 in registers would not
 // fit: 9 warps put 3 on one quarter of the register file, 168 registers a thread at most,
 // and the 64 words spilled. A thread reads only the words it wrote: no barrier.

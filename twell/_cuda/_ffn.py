@@ -123,13 +123,12 @@ def _spill_buffers(capacity, dtype):
 
 def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_start,
                         spill_capacity, spill_indices, spill_data, counter=None, zero_fill=True,
-                        w_up=None, sparse_up=False):
+                        w_up=None):
     """One launch of the fused kernel; returns its overflow counter (a device array:
     ``counter``, zeroed, or a new one). ``zero_fill=False`` leaves the slots past each pair's
     count unwritten, for a caller that reads only the counted ones. With ``w_up`` (the sm90
     variant only), the gated kernel: the gate ``w``'s non-zeros packed with the values
-    ``relu(x @ w.T) * (x @ w_up.T)``, the up projection taken at the gate's entries only
-    where ``sparse_up`` (``cuda_src/gated_sparse.cuh``), else as a whole GEMM."""
+    ``relu(x @ w.T) * (x @ w_up.T)``."""
     m, k = x.shape
     n = w.shape[0]
     kernel, operands, smem = _matmul_operands(x, w, variant, w_up)
@@ -141,12 +140,11 @@ def _launch_matmul_pack(x, w, variant, tile_width, slots, totals, parts, spill_s
         grid = _sm90_grid(kernel, m, n, smem, threads)
     else:  # one 128 x 256 output tile a block, the column tiles of a row consecutive
         grid = -(-m // bm) * -(-n // bn)
-    gated = () if w_up is None else (i32(sparse_up),)
     kernel((grid,), (threads,), (
         *operands, i64(m), i64(n), i64(k), i32(tile_width), i32(slots),
         i32(zero_fill), totals,
         parts.counts, parts.data, parts.indices, spill_start, spill_indices, spill_data,
-        i64(spill_capacity), counter, *gated), shared_mem=smem)
+        i64(spill_capacity), counter), shared_mem=smem)
     return counter
 
 
@@ -190,8 +188,7 @@ def matmul_pack(x, w, tile_width, slots, w_up=None, nnz_hint=None):
     kernel reruns.
     """
     fused = _fused_up(x, w, w_up, nnz_hint)
-    parts, nnz = _matmul_pack(matmul_plan(x, w, tile_width), x, w, tile_width, slots, fused,
-                              _sparse_up(x, w, fused, nnz_hint))
+    parts, nnz = _matmul_pack(matmul_plan(x, w, tile_width), x, w, tile_width, slots, fused)
     return _gated(parts, x, w, w_up, fused, tile_width, nnz), nnz
 
 
@@ -199,13 +196,6 @@ def _fused_up(x, w, w_up, nnz_hint=None):
     """``w_up`` where the gated Hopper kernel takes it with the gate ``w``
     (:func:`._policy.gated_fused`, for a gate of ``nnz_hint`` entries), else None."""
     return w_up if w_up is not None and _policy.gated_fused(x, w, w_up, nnz_hint) else None
-
-
-def _sparse_up(x, w, fused, nnz_hint=None):
-    """Whether the gated kernel (``fused``: :func:`_fused_up`'s ``w_up``, None where it does
-    not run) takes the up projection at the gate's entries only, for a gate ``relu(x @ w.T)``
-    of ``nnz_hint`` expected entries (:func:`._policy.sparse_up`)."""
-    return fused is not None and _policy.sparse_up(x.shape[0], w.shape[0], nnz_hint)
 
 
 def _gated(parts, x, w, w_up, fused, tile_width, nnz):
@@ -216,7 +206,7 @@ def _gated(parts, x, w, w_up, fused, tile_width, nnz):
     return gated_up(parts, (x.shape[0], w.shape[0]), tile_width, x, w_up, nnz)
 
 
-def _matmul_pack(plan, x, w, tile_width, slots, w_up=None, sparse_up=False):
+def _matmul_pack(plan, x, w, tile_width, slots, w_up=None):
     """:func:`matmul_pack` with the buffers and kernel of ``plan``."""
     m, nt = plan.totals.shape
     # The overflow part is made after the launch: the GPU need not wait for it.
@@ -228,7 +218,7 @@ def _matmul_pack(plan, x, w, tile_width, slots, w_up=None, sparse_up=False):
         both, counter = count_buffer(tile_width)
         _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                             plan.spill_start, capacity, spill_indices, spill_data,
-                            counter=counter, w_up=w_up, sparse_up=sparse_up)
+                            counter=counter, w_up=w_up)
         without = no_overflow(parts)  # made while the kernel runs
         # Queued before the read: after it the GPU waits for each launch the host makes.
         offset, row_starts = overflow_offsets(plan.totals, slots)
@@ -270,11 +260,10 @@ class PackLoss(NamedTuple):
     capacity: int
 
 
-def matmul_pack_bounded(x, w, tile_width, slots, w_up=None, sparse_up=False):
+def matmul_pack_bounded(x, w, tile_width, slots, w_up=None):
     """``relu(x @ w.T)`` packed at ``slots`` with no host synchronisation: ``(parts, loss)``;
     with ``w_up`` (where :func:`._policy.gated_fused`), the gated layer's hidden values
-    ``relu(x @ w.T) * (x @ w_up.T)`` at the non-zeros of ``relu(x @ w.T)``, from one kernel
-    (the up projection at the gate's entries only where ``sparse_up``).
+    ``relu(x @ w.T) * (x @ w_up.T)`` at the non-zeros of ``relu(x @ w.T)``, from one kernel.
 
     One fused launch, the overflow's prefix sum and the move of the spilled runs, all queued
     without reading anything back, so that the pack can be captured in a CUDA graph. The
@@ -294,7 +283,7 @@ def matmul_pack_bounded(x, w, tile_width, slots, w_up=None, sparse_up=False):
     capacity = plan.spill_capacity
     counter = _launch_matmul_pack(x, w, plan.variant, tile_width, slots, plan.totals, parts,
                                   plan.spill_start, capacity, plan.spill_indices,
-                                  plan.spill_data, w_up=w_up, sparse_up=sparse_up)
+                                  plan.spill_data, w_up=w_up)
     offset, row_starts = overflow_offsets(plan.totals, slots, capacity)
     parts = with_overflow(parts, row_starts, capacity)
     _spill_to_overflow(plan.totals, slots, plan.spill_start, plan.spill_indices,
@@ -364,14 +353,13 @@ def matmul_pack_auto(x, w, tile_width, w_up=None, nnz_hint=None):
                              _layout.MAX_STORED_SLOTS // (m * nt)))
     plan = matmul_plan(x, w, tile_width)
     fused = _fused_up(x, w, w_up, nnz_hint)
-    sparse = _sparse_up(x, w, fused, nnz_hint)
     parts = empty_parts(m, nt, provisional, x.dtype, zeroed=False, overflow=False)
     both, counter = count_buffer(tile_width)
     _launch_matmul_pack(x, w, plan.variant, tile_width, provisional, plan.totals, parts,
                         plan.spill_start, plan.spill_capacity, plan.spill_indices,
                         plan.spill_data, counter=counter,
                         zero_fill=False,  # twell_reslot reads the counted slots only
-                        w_up=fused, sparse_up=sparse)
+                        w_up=fused)
     hist, spilled = read_counts(both, plan.totals, tile_width)
     slots, n_over, nnz = _layout.auto_choice(hist, tile_width)
     check_storage((m, n), tile_width, slots)
@@ -380,7 +368,7 @@ def matmul_pack_auto(x, w, tile_width, w_up=None, nnz_hint=None):
         variant = plan.variant
         del parts, plan  # freed before the second launch allocates its own
         rerun = _plan(x, w, tile_width, variant, max(n_over, 1))
-        parts = _matmul_pack(rerun, x, w, tile_width, slots, fused, sparse)[0]
+        parts = _matmul_pack(rerun, x, w, tile_width, slots, fused)[0]
         return _gated(parts, x, w, w_up, fused, tile_width, nnz), slots, nnz
     result = empty_parts(m, nt, slots, x.dtype, zeroed=False, overflow=False)
     if n_over:
@@ -459,34 +447,31 @@ def gated_up(parts, shape, tile_width, x, w_up, nnz_hint=None):
     return parts._replace(data=out, overflow_data=overflow_out)
 
 
-def gated_dense(x, w_gate, w_up, sparse_up=False):
+def gated_dense(x, w_gate, w_up):
     """The gated layer's hidden values ``relu(x @ w_gate.T) * (x @ w_up.T)`` as a dense
     ``(M, N)`` array of x's dtype, +0 where the gate is zero, from one Hopper kernel
     (``twell_gated_dense_sm90_*``): the gated pack's GEMMs and products, its values bit for bit
     where the gate is non-zero, written whole instead of packed. For a down projection that
     cuBLAS runs faster than the SpMM: the hidden layer is never densified. The operands pass
     :func:`._policy.gated_fused` (Hopper) and N (the hidden size) is even: every row starts
-    at a 4-byte boundary, so that each two columns are one aligned 32-bit word. Where
-    ``sparse_up``, the up projection is taken at the gate's entries only (as
-    :func:`matmul_pack` takes it for the same flag: the same values). No host
+    at a 4-byte boundary, so that each two columns are one aligned 32-bit word. No host
     synchronisation.
     """
-    return _gated_dense_launch(x, w_gate, w_up)(sparse_up)
+    return _gated_dense_launch(x, w_gate, w_up)()
 
 
 def _gated_dense_launch(x, w_gate, w_up):
     """:func:`gated_dense`'s host work done now (its checks, output, kernel, tensor maps and
-    grid): returns the function that queues the kernel (its argument: ``sparse_up``) and
-    returns the hidden layer."""
+    grid): returns the function that queues the kernel and returns the hidden layer."""
     m, k = x.shape
     n = w_gate.shape[0]
     if n % 2:
         raise ValueError(f"gated_dense needs an even hidden size (w_gate.shape[0]); got {n}")
     out = cupy.empty((m, n), dtype=x.dtype)
     if m * n == 0:
-        return lambda sparse_up=False: out
+        return lambda: out
     if k == 0:
-        def zeros(sparse_up=False):
+        def zeros():
             out.fill(0)
             return out
         return zeros
@@ -497,8 +482,8 @@ def _gated_dense_launch(x, w_gate, w_up):
     grid = (_sm90_grid(kernel, m, n, smem, threads),)
     args = (*maps, i64(m), i64(n), i64(k), out)
 
-    def launch(sparse_up=False):
-        kernel(grid, (threads,), (*args, i32(sparse_up)), shared_mem=smem)
+    def launch():
+        kernel(grid, (threads,), args, shared_mem=smem)
         return out
     return launch
 
@@ -565,23 +550,21 @@ def gated_ffn_by_sample(x, w_gate, w_up, w_down):
     if launch is None or not _policy.dense_hidden_pays_at(x.shape[0], w_gate.shape[0],
                                                            w_down.shape[0], nnz_hint):
         return None, nnz_hint
-    return launch(_policy.sparse_up(x.shape[0], w_gate.shape[0], nnz_hint)), nnz_hint
+    return launch(), nnz_hint
 
 
 def _dense_hidden_launch(x, w_gate, w_up, w_down):
     """The dense way of :func:`gated_ffn_by_sample` prepared: returns the function that
-    queues :func:`gated_dense` (its argument: ``sparse_up``) and cuBLAS's down projection and
-    returns the layer's output."""
+    queues :func:`gated_dense` and cuBLAS's down projection and returns the layer's output."""
     hidden = _gated_dense_launch(x, w_gate, w_up)
     out = cupy.empty((x.shape[0], w_down.shape[0]), dtype=x.dtype)
 
-    def launch(sparse_up=False):
+    def launch():
         if w_down.flags.c_contiguous:
-            return _cublas.gemm(hidden(sparse_up), w_down, out, trans_b=True)
+            return _cublas.gemm(hidden(), w_down, out, trans_b=True)
         if w_down.T.flags.c_contiguous:  # a transposed view: the modules' product
-            return _cublas.gemm(hidden(sparse_up), w_down.T, out)
-        return _cublas.gemm(hidden(sparse_up), cupy.ascontiguousarray(w_down), out,
-                            trans_b=True)
+            return _cublas.gemm(hidden(), w_down.T, out)
+        return _cublas.gemm(hidden(), cupy.ascontiguousarray(w_down), out, trans_b=True)
     return launch
 
 
@@ -617,13 +600,11 @@ def sparse_ffn_without_sync(x, w_gate, w_up, w_down, slots, nnz_hint=None):
     """
     w_down_t = cupy.ascontiguousarray(w_down.T)  # no copy for a transposed view
     if w_gate is not None and _policy.dense_hidden(x, w_gate, w_up, w_down, nnz_hint):
-        sparse = _policy.sparse_up(x.shape[0], w_gate.shape[0], nnz_hint)
-        return _cublas.matmul(gated_dense(x, w_gate, w_up, sparse), w_down_t)
+        return _cublas.matmul(gated_dense(x, w_gate, w_up), w_down_t)
     tile_width = _layout.GEMM_TILE_WIDTH
     first = w_up if w_gate is None else w_gate
     fused = None if w_gate is None else _fused_up(x, w_gate, w_up, nnz_hint)
-    parts, loss = matmul_pack_bounded(x, first, tile_width, slots, w_up=fused,
-                                      sparse_up=_sparse_up(x, first, fused, nnz_hint))
+    parts, loss = matmul_pack_bounded(x, first, tile_width, slots, w_up=fused)
     shape = (x.shape[0], first.shape[0])
     if w_gate is not None:
         parts = _gated(parts, x, w_gate, w_up, fused, tile_width, nnz_hint)

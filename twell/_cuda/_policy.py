@@ -387,20 +387,6 @@ def fused_up_pays(m, h, nnz):
     return nnz >= FUSED_UP_MIN_DENSITY * m * h
 
 
-#: Density of the gate up to which the gated Hopper kernels take the up projection at the
-#: gate's entries only (``cuda_src/gated_sparse.cuh``: each warp's 16 rows times the rows of
-#: w_up that their entries name, on mma.sync) instead of a whole second GEMM. Its tensor-core
-#: work follows the columns that a warp's 16 rows name, 1 - (1 - p)**16 of them at density p:
-#: 15% at 1%, 28% at 2%, 56% at 5%, against the whole GEMM's at wgmma's higher rate.
-SPARSE_UP_MAX_DENSITY = 0.02
-
-
-def sparse_up(m, h, nnz):
-    """Whether the gated kernel takes the up projection at the entries of a gate of ``nnz``
-    expected entries of ``m * h``: up to :data:`SPARSE_UP_MAX_DENSITY` (unknown: no)."""
-    return nnz is not None and nnz <= SPARSE_UP_MAX_DENSITY * m * h
-
-
 #: Spill buffer of the fused GEMM, in entries: one per SPILL_SHARE outputs (plus a floor).
 #: Enough when the slots hold all but a few percent of ~10% non-zeros; when it is not, the
 #: launcher reruns the kernel with exactly the room the first run counted.
