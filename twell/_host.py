@@ -201,18 +201,22 @@ _FEW_TILES = 4
 
 
 def tile_counts_histogram(csr, shape, tile_width):
-    """``hist[c]``: the (row, tile) pairs holding ``c`` entries, int64 of ``tile_width + 1``
-    bins.
+    """``hist[c]``: the (row, tile) pairs holding ``c`` entries, int64, up to the largest
+    count (at most ``tile_width + 1`` bins; the empty ones past it are left out, as the
+    choice of slots drops them: 131073 bins of a stencil's one-tile layout cost more than
+    its counts).
 
-    With many tiles a row, and no more pairs than entries, every pair's count at once (a
-    histogram of ``row * n_tiles + tile``: the ReLU activations' 22 tiles, their entries
-    spread over them); else the runs (:func:`_pair_counts`), fewer than the entries where a
-    row's entries cluster in a few wide tiles (a stencil), whose memory grows with the
-    entries alone.
+    With one tile a row, the row lengths. With many tiles a row, and no more pairs than
+    entries, every pair's count at once (a histogram of ``row * n_tiles + tile``: the ReLU
+    activations' 22 tiles, their entries spread over them); else the runs
+    (:func:`_pair_counts`), fewer than the entries where a row's entries cluster in a few
+    wide tiles, whose memory grows with the entries alone.
     """
     m, k = shape
     nt = _layout.n_tiles(k, tile_width)
-    if _FEW_TILES < nt and m * nt <= csr.indices.size:
+    if nt == 1:
+        counts = np.diff(csr.indptr)
+    elif _FEW_TILES < nt and m * nt <= csr.indices.size:
         # int32 keys, computed in place: every temporary the size of the entries is a fresh
         # allocation, whose first touch costs more than the arithmetic.
         index = np.int32 if m * nt <= np.iinfo(np.int32).max else np.int64
@@ -225,7 +229,7 @@ def tile_counts_histogram(csr, shape, tile_width):
         counts = np.bincount(keys, minlength=m * nt)
     else:
         counts, _ = _pair_counts(csr, shape, tile_width)
-    hist = np.bincount(counts, minlength=tile_width + 1)[: tile_width + 1].astype(np.int64)
+    hist = np.bincount(counts, minlength=1).astype(np.int64, copy=False)
     hist[0] += m * nt - counts.size
     return hist
 
