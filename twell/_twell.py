@@ -637,8 +637,15 @@ class TwELLMatrix(SparseMatrix):
     def tocoo(self, copy=False):
         """Convert to ``scipy.sparse.coo_array`` (host) or ``cupyx.scipy.sparse.coo_matrix``."""
         self._check_cupyx_size()
-        if self._compute_form() is not None:
-            return self.tocsr().tocoo()
+        csr = self._compute_form()
+        if csr is not None:
+            _sparse_type(np, "coo", self.dtype)  # refuses 16-bit values
+            # scipy's expansion of the rows, then the columns and values copied once:
+            # tocsr() copied them and scipy's tocoo(copy=True) copies all three again.
+            coo = csr.scipy(self.shape).tocoo(copy=False)
+            coo.col = coo.col.copy()
+            coo.data = coo.data.copy()
+            return coo
         rows, cols, vals = _algorithms.to_coo(self._parts, self.shape, self.tile_width)
         idx = np.int32 if self._xp is not np else np.int64
         return _sparse_type(self._xp, "coo", vals.dtype)(
@@ -812,16 +819,17 @@ class TwELLMatrix(SparseMatrix):
         if self._csr is not None:  # the host's compressed rows: map their values
             c = self._csr
             data = fn(_host.values(c, self.dtype))
-            keep = _algorithms.is_nonzero(data)
-            if keep.all():
+            kept = _algorithms.all_nonzero(data)
+            if kept:
                 csr = _host.host_csr(c.indptr.copy(), c.indices.copy(), data)
             else:
+                keep = _algorithms.is_nonzero(data)
                 rows = _algorithms.expand_indptr(c.indptr, c.indices.size)[keep]
                 indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows,
                                                                                self.shape[0]))
                 csr = _host.host_csr(indptr, c.indices[keep], data[keep])
             result = _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
-            if keep.all():  # the same entries where they were: the same counts and index
+            if kept:  # the same entries where they were: the same counts and index
                 result._tile_index = self._tile_index
             return result
         p = self._parts
@@ -842,8 +850,8 @@ class TwELLMatrix(SparseMatrix):
     def _repack(self, tile_width, slots):
         """Re-pack through canonical CSR (drops zeros; new tile width/slots)."""
         indptr, indices, data = self._csr_arrays()
-        keep = _algorithms.is_nonzero(data)
-        if not bool(keep.all()):  # host sync on the GPU
+        if not _algorithms.all_nonzero(data):  # host sync on the GPU
+            keep = _algorithms.is_nonzero(data)
             rows = _algorithms.expand_indptr(indptr, indices.size)[keep]
             indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, self.shape[0]))
             indices, data = indices[keep], data[keep]
