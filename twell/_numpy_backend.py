@@ -46,10 +46,8 @@ def canonical_csr(indptr, indices, data, shape, names=("indptr", "indices")):
         if not (data == 0).any():
             # Copies of the caller's indices and values: the matrix never aliases its input.
             return indptr.astype(np.int64, copy=False), indices.astype(np.int32), data.copy()
-        keep = is_nonzero(data)
-        rows = expand_indptr(indptr, n)[keep]
-        return (_algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, shape[0])),
-                indices[keep].astype(np.int32), data[keep])
+        indptr, indices, data = _algorithms.kept_rows(indptr, is_nonzero(data), indices, data)
+        return indptr, indices.astype(np.int32, copy=False), data
     return _algorithms.canonical_csr(indptr, indices, data, shape)
 
 

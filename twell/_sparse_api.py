@@ -554,6 +554,11 @@ class SparseArrayAPI:
         axis = _axis(axis)
         if axis is None:
             return self.nnz
+        kept = getattr(self, "_compute_form", lambda: None)()
+        if kept is not None:  # the host's compressed rows: their lengths, or a histogram
+            if axis == 1:
+                return np.diff(kept.indptr).astype(np.int64)
+            return np.bincount(kept.indices, minlength=self.shape[1]).astype(np.int64)
         rows, cols, _ = self._coo_arrays()
         # Rows come sorted; columns are sorted first. count_sorted's memory follows the keys
         # (CuPy's bincount would hold a histogram of the axis' length per thread block).

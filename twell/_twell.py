@@ -819,17 +819,13 @@ class TwELLMatrix(SparseMatrix):
         if self._csr is not None:  # the host's compressed rows: map their values
             c = self._csr
             data = fn(_host.values(c, self.dtype))
-            kept = _algorithms.all_nonzero(data)
-            if kept:
+            keep = _algorithms.zeros_mask(data)
+            if keep is None:
                 csr = _host.host_csr(c.indptr.copy(), c.indices.copy(), data)
             else:
-                keep = _algorithms.is_nonzero(data)
-                rows = _algorithms.expand_indptr(c.indptr, c.indices.size)[keep]
-                indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows,
-                                                                               self.shape[0]))
-                csr = _host.host_csr(indptr, c.indices[keep], data[keep])
+                csr = _host.host_csr(*_algorithms.kept_rows(c.indptr, keep, c.indices, data))
             result = _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
-            if kept:  # the same entries where they were: the same counts and index
+            if keep is None:  # the same entries where they were: the same counts and index
                 result._tile_index = self._tile_index
             return result
         p = self._parts
@@ -850,11 +846,9 @@ class TwELLMatrix(SparseMatrix):
     def _repack(self, tile_width, slots):
         """Re-pack through canonical CSR (drops zeros; new tile width/slots)."""
         indptr, indices, data = self._csr_arrays()
-        if not _algorithms.all_nonzero(data):  # host sync on the GPU
-            keep = _algorithms.is_nonzero(data)
-            rows = _algorithms.expand_indptr(indptr, indices.size)[keep]
-            indptr = _algorithms.exclusive_cumsum(_algorithms.count_sorted(rows, self.shape[0]))
-            indices, data = indices[keep], data[keep]
+        keep = _algorithms.zeros_mask(data)  # host sync on the GPU
+        if keep is not None:
+            indptr, indices, data = _algorithms.kept_rows(indptr, keep, indices, data)
         return _build(_convert.CSR(indptr, indices, data, self.shape), tile_width, slots)
 
     def _relayout(self, tile_width, slots):
