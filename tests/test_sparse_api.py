@@ -217,6 +217,8 @@ HOST_CSR_RESULTS = {
     "columns": lambda a, b: a[:, 1:],
     "all": lambda a, b: a[:, :-1] if a.shape[1] else a[:, 0:0],
     "column-list": lambda a, b: a[:, [0, 0]] if a.shape[1] else a[:, []],
+    "row-range-columns": lambda a, b: a[1:, 1:],
+    "one-row": lambda a, b: a[0, :] if a.shape[0] else a[:, 0:0],
     "tocoo": lambda a, b: a.tocoo(),
     "tocsc": lambda a, b: a.tocsc(),
 }

@@ -202,6 +202,11 @@ class SparseArrayAPI:
         format that keeps host CSR hands it out without a copy, read-only."""
         return self._via_csr()
 
+    def _kept_csr(self):
+        """The host CSR this matrix keeps, as :meth:`_csr_operand` hands it out (read-only,
+        no copy), or None where it keeps none (the GPU, other formats)."""
+        return None
+
     def _csr_op(self, fn, other):
         """``fn(C, other)`` for this matrix's CSR ``C`` (:meth:`_csr_operand`, the result
         made the caller's own by :func:`_private`): an element-wise operation through the
@@ -554,7 +559,7 @@ class SparseArrayAPI:
         axis = _axis(axis)
         if axis is None:
             return self.nnz
-        kept = getattr(self, "_compute_form", lambda: None)()
+        kept = self._kept_csr()
         if kept is not None:  # the host's compressed rows: their lengths, or a histogram
             if axis == 1:
                 return np.diff(kept.indptr).astype(np.int64)
@@ -873,6 +878,14 @@ class SparseArrayAPI:
                 kind, rows = selected
                 if kind == "rows" and _indexing.is_full(split[1]):
                     return self._take_rows(rows)
+                kept = self._kept_csr() if kind == "int" or isinstance(split[0], slice) else None
+                if kept is not None:
+                    # The kept rows indexed by scipy in place (A[i, j] in 0.01 ms, not the
+                    # 0.1 of cutting the row first); results sharing them are copied.
+                    result = kept[rows if kind == "int" else split[0], split[1]]
+                    if _is_scalar(result) and self.dtype in _dtypes.SIXTEEN_BIT:
+                        return self.dtype.type(result)  # exact: a 16-bit value in float32
+                    return _private(result)
                 if kind == "int":
                     one = self._take_rows(self._xp.asarray([rows], dtype=np.int64))
                     result = one._via_csr()[0, split[1]]

@@ -612,6 +612,10 @@ class TwELLMatrix(SparseMatrix):
             return super()._csr_operand()
         return csr.read_only().scipy(self.shape)
 
+    def _kept_csr(self):
+        csr = self._compute_form()
+        return None if csr is None else csr.read_only().scipy(self.shape)
+
     def tocsr(self, copy=False):
         """Convert to ``scipy.sparse.csr_array`` (host) or ``cupyx.scipy.sparse.csr_matrix``.
 
