@@ -824,13 +824,15 @@ class TwELLMatrix(SparseMatrix):
             c = self._csr
             data = fn(_host.values(c, self.dtype))
             keep = _algorithms.zeros_mask(data)
-            if keep is None:
-                csr = _host.host_csr(c.indptr.copy(), c.indices.copy(), data)
-            else:
+            if keep is not None:
                 csr = _host.host_csr(*_algorithms.kept_rows(c.indptr, keep, c.indices, data))
-            result = _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
-            if keep is None:  # the same entries where they were: the same counts and index
-                result._tile_index = self._tile_index
+                return _from_host_csr(csr, self.shape, self.tile_width, self.slots, data.dtype)
+            # The same entries where they were: the same layout (slots, overflow), counts
+            # and tile index, nothing to count again.
+            csr = _host.host_csr(c.indptr.copy(), c.indices.copy(), data)
+            result = TwELLMatrix._from_csr(csr, self.shape, self.tile_width, self.slots,
+                                           self.overflow_nnz, data.dtype)
+            result._tile_index = self._tile_index
             return result
         p = self._parts
         mask = _algorithms.slot_mask(p.counts, self.slots)
