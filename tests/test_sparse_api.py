@@ -219,6 +219,8 @@ HOST_CSR_RESULTS = {
     "column-list": lambda a, b: a[:, [0, 0]] if a.shape[1] else a[:, []],
     "row-range-columns": lambda a, b: a[1:, 1:],
     "one-row": lambda a, b: a[0, :] if a.shape[0] else a[:, 0:0],
+    "reshape": lambda a, b: (a.reshape((1, -1)) if a.shape[0] > 1 else
+                             a.reshape((-1, 1)) if a.shape[1] > 1 else a.tocsr()),
     "tocoo": lambda a, b: a.tocoo(),
     "tocsc": lambda a, b: a.tocsc(),
 }

@@ -414,7 +414,14 @@ class SparseArrayAPI:
                 shape = tuple(size // known if s == -1 else s for s in shape)
         if shape == self.shape:
             return self.copy() if copy else self
-        return self._via_csr().tocoo().reshape(shape, order=order)
+        kept = self._kept_csr()
+        if kept is None:
+            return self._via_csr().tocoo().reshape(shape, order=order)
+        # The kept rows' COO: new row and column indices, the values copied once (the
+        # reshape builds new coordinates and keeps the values it is given).
+        coo = kept.tocoo()
+        coo.data = coo.data.copy()
+        return coo.reshape(shape, order=order)
 
     def resize(self, *shape):
         """Resize in place to ``shape``: entries inside it stay, the others leave.
