@@ -270,10 +270,18 @@ def matmul_pack_supported(x, w, tile_width):
     return x.dtype == w.dtype
 
 
+def _as(values, dtype):
+    """``values`` as ``dtype``: themselves where they are (read only: no copy), else
+    :func:`cast`."""
+    return values if values.dtype == dtype else cast(values, dtype)
+
+
 def _relu_product(x, w):
     """``relu(x @ w.T)`` accumulated in float32 (float64 for float64) and rounded once."""
     acc = accumulator_dtype(x.dtype)
-    return cast(np.maximum(cast(x, acc) @ cast(w, acc).T, 0), x.dtype)
+    z = _as(x, acc) @ _as(w, acc).T
+    np.maximum(z, 0, out=z)  # keeps NaN, as relu does
+    return z if z.dtype == x.dtype else cast(z, x.dtype)
 
 
 def matmul_pack(x, w, tile_width, slots, w_up=None, nnz_hint=None):
@@ -309,8 +317,10 @@ def _gated(parts, shape, tile_width, x, w_up, nnz):
     return parts if w_up is None else gated_up(parts, shape, tile_width, x, w_up, nnz)
 
 
-# Bound on the temporary (entries x D) block of gated_up, in elements.
-_UP_CHUNK = 1 << 22
+# Elements of the (entries x D) rows that gated_up gathers from x and w_up at a time: two
+# such blocks stay in a core's L2 (64 entries at D = 2048), where blocks 32x larger ran from
+# memory at half the speed (58 ms against 26 for 29 k entries of 512 x 2048 x 5632).
+_UP_CHUNK = 1 << 17
 
 
 @np.errstate(**QUIET)
@@ -340,5 +350,7 @@ def _gated_products(gate, rows, cols, x, w_up):
     step = max(1, _UP_CHUNK // max(x.shape[1], 1))
     for lo in range(0, rows.size, step):  # chunks bound memory; not a loop over entries
         hi = lo + step
-        up[lo:hi] = (cast(x[rows[lo:hi]], acc) * cast(w_up[cols[lo:hi]], acc)).sum(axis=1)
-    return cast(cast(gate, acc) * up, gate.dtype)
+        up[lo:hi] = np.einsum("ij,ij->i", _as(x[rows[lo:hi]], acc),
+                              _as(w_up[cols[lo:hi]], acc))
+    up *= _as(gate, acc)
+    return up if up.dtype == gate.dtype else cast(up, gate.dtype)

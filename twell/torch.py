@@ -313,9 +313,10 @@ class _SparseFFN(nn.Module):
         recomputed on the device (``twell._cuda._ffn.sparse_ffn_without_sync``). A gated
         layer on an H100 or H200 whose hidden layer is denser than about 0.85% writes it
         dense instead and multiplies it by cuBLAS, which is faster there. Setting
-        :attr:`slots` starts over. Capturing a layer of other dtypes is a RuntimeError. On a
-        GPU the layer keeps ``down_proj.weight`` transposed too (a second copy of it, made
-        again when the weight changes), the layout its down projection reads."""
+        :attr:`slots` starts over. Capturing a layer of other dtypes is a RuntimeError. The
+        layer keeps ``down_proj.weight`` transposed too (a second copy of it, made again when
+        the weight changes), the layout its down projection reads (on the CPU scipy's
+        product, which would otherwise transpose the weight at every call)."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor; got {type(x).__name__}")
         weights = [getattr(self, name).weight for name in (*self._inputs, "down_proj")]
@@ -341,7 +342,7 @@ class _SparseFFN(nn.Module):
         x2 = x.reshape(-1, self.d_model)
         slots, density = self._planned(x2, weights)
         down = self.down_proj.weight
-        if x.device.type == "cuda" and not _compiling():
+        if not _compiling():
             down = self._down_transposed(down).T
         y = sparse_ffn_op(x2, self.gate_proj.weight if self.gated else None,
                           self.up_proj.weight, down, slots, density)
