@@ -200,3 +200,17 @@ def test_stable_argsort_is_numpys_stable_argsort(keys, bits, repeat):
         key = np.concatenate([key, key[::-1], key[: len(key) // 2]])
     np.testing.assert_array_equal(_host.stable_argsort(key, bound),
                                   np.argsort(key, kind="stable"))
+
+
+@pytest.mark.parametrize("shape", [(1, 5000), (65, 63), (200, 333), (4096, 70)], ids=str)
+def test_c_contiguous_copies_a_transposed_operand_exactly(shape):
+    # A transposed array (F-ordered) is copied tile by tile; the copy is C-ordered and holds
+    # the same values; a C-contiguous array is returned as it is; others go through NumPy.
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal(shape[::-1]).astype(np.float32).T
+    got = _host.c_contiguous(b)
+    assert got.flags.c_contiguous and (got is b) == b.flags.c_contiguous
+    np.testing.assert_array_equal(got, b)
+    assert _host.c_contiguous(got) is got
+    strided = rng.standard_normal((shape[0], 2 * shape[1]))[:, ::2]
+    np.testing.assert_array_equal(_host.c_contiguous(strided), strided)
