@@ -81,6 +81,27 @@ def test_sparse_ffn_matches_the_dense_layer(backend, dtype, gated, shapes, seed)
     assert err <= 3 * MATMUL_RTOL[dtype] * scale + 1e-300
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("share", [0.0, 1.0], ids=["whole-product", "dot-products"])
+@given(shapes=ffn_shapes(), seed=st.integers(0, 2**32 - 1))
+def test_host_gated_up_takes_either_way(dtype, share, shapes, seed):
+    # The host's gated up projection reads its values from the whole product x @ w_up.T past
+    # HOST_DENSE_UP_DENSITY of the outputs, else a dot product per entry: either way the
+    # layer is the float64 one within the dtype's rounding, the same entries stored.
+    from twell import _numpy_backend
+
+    rng = np.random.default_rng(seed)
+    m, d_model, hidden, t, s, bias = shapes
+    x, wg, wu, wd = _weights(rng, m, d_model, hidden, bias, dtype)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_numpy_backend, "HOST_DENSE_UP_DENSITY", share)
+        got = sparse_ffn(x, wg, wu, wd, tile_width=t, slots=s)
+    hidden_act = np.maximum(_f64(x) @ _f64(wg).T, 0) * (_f64(x) @ _f64(wu).T)
+    want = hidden_act @ _f64(wd).T
+    scale = np.linalg.norm(np.abs(hidden_act) @ np.abs(_f64(wd)).T)
+    assert np.linalg.norm(_f64(got) - want) <= 3 * MATMUL_RTOL[dtype] * scale + 1e-300
+
+
 def test_sparse_ffn_on_a_shape_the_reference_kernels_cannot_run(rng):
     # Issue 4's example shape, scaled down in M and N to stay fast: K = 4096 is not 2048.
     x, wg, wu, wd = _weights(rng, 37, 4096 // 16, 1100, 1.0, BF16)
