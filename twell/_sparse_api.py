@@ -436,17 +436,15 @@ class SparseArrayAPI:
         # columns below k (an order-keeping mask), empty rows after. Still canonical.
         src = self._csr_input()
         xp = self._xp
-        kept_rows = min(m, self.shape[0])
-        end = int(src.indptr[kept_rows])  # a host sync on the GPU
-        indptr = src.indptr[:kept_rows + 1]
+        rows = min(m, self.shape[0])
+        end = int(src.indptr[rows])  # a host sync on the GPU
+        indptr = src.indptr[:rows + 1]
         indices, data = src.indices[:end], src.data[:end]
         if k < self.shape[1]:
-            keep = indices < k
-            indptr = _algorithms.exclusive_cumsum(keep)[indptr]
-            indices, data = indices[keep], data[keep]
+            indptr, indices, data = _algorithms.kept_rows(indptr, indices < k, indices, data)
         else:  # _csr_input's indices are a new array; its values may be the kept ones
             data = data.copy()
-        indptr = xp.concatenate([indptr, xp.repeat(indptr[-1:], m - kept_rows)])
+        indptr = xp.concatenate([indptr, xp.repeat(indptr[-1:], m - rows)])
         self._replace(_convert.CSR(indptr, indices, data, (m, k)))
 
     def transpose(self, axes=None, copy=False):

@@ -598,21 +598,19 @@ class TwELLMatrix(SparseMatrix):
     def diagonal(self, k=0):
         """The ``k``-th diagonal (``A[i, i + k]``) as a dense 1-D array of the matrix's
         dtype; on the host read from the kept compressed rows by scipy's kernel."""
-        if self._compute_form() is None:
+        kept = self._kept_csr()
+        if kept is None:
             return super().diagonal(k)
         # float32 holds 16-bit values exactly: the cast back is exact.
-        out = self._csr_operand().diagonal(operator.index(k))
-        return out.astype(self.dtype, copy=False)
+        return kept.diagonal(operator.index(k)).astype(self.dtype, copy=False)
 
     def _csr_operand(self):
-        # The kept compressed rows, read-only: scipy's operations build new arrays, and
-        # _private copies any result that would share these.
-        csr = self._compute_form()
-        if csr is None:
-            return super()._csr_operand()
-        return csr.read_only().scipy(self.shape)
+        kept = self._kept_csr()
+        return super()._csr_operand() if kept is None else kept
 
     def _kept_csr(self):
+        # The kept compressed rows, read-only: scipy's operations build new arrays, and
+        # _private copies any result that would share these.
         csr = self._compute_form()
         return None if csr is None else csr.read_only().scipy(self.shape)
 
